@@ -1,0 +1,82 @@
+"""FoundationDB error codes and the one predicate that says what is retryable.
+
+The embedded engine raises :class:`FDBError` with FoundationDB's own codes so that code
+above the engine handles both engines the same way.  The real bindings raise
+``fdb.FDBError``; :func:`error_code` reads the code off either.
+"""
+
+from __future__ import annotations
+
+# Codes used by the engines (names as in FoundationDB's error_definitions.h).
+TRANSACTION_TOO_OLD = 1007
+FUTURE_VERSION = 1009
+NOT_COMMITTED = 1020
+COMMIT_UNKNOWN_RESULT = 1021
+TRANSACTION_CANCELLED = 1025
+TRANSACTION_TIMED_OUT = 1031
+TOO_MANY_WATCHES = 1032
+OPERATION_CANCELLED = 1101
+USED_DURING_COMMIT = 2017
+KEY_OUTSIDE_LEGAL_RANGE = 2004
+INVERTED_RANGE = 2005
+INVALID_OPTION_VALUE = 2006
+CLIENT_INVALID_OPERATION = 2000
+TRANSACTION_TOO_LARGE = 2101
+KEY_TOO_LARGE = 2102
+VALUE_TOO_LARGE = 2103
+
+DESCRIPTIONS = {
+    TRANSACTION_TOO_OLD: "Transaction is too old to perform reads or be committed",
+    FUTURE_VERSION: "Request for future version",
+    NOT_COMMITTED: "Transaction not committed due to conflict with another transaction",
+    COMMIT_UNKNOWN_RESULT: "Transaction may or may not have committed",
+    TRANSACTION_CANCELLED: "Operation aborted because the transaction was cancelled",
+    TRANSACTION_TIMED_OUT: "Operation aborted because the transaction timed out",
+    TOO_MANY_WATCHES: "Too many watches currently set",
+    OPERATION_CANCELLED: "Asynchronous operation cancelled",
+    USED_DURING_COMMIT: "Operation issued while a commit was outstanding",
+    KEY_OUTSIDE_LEGAL_RANGE: "Key outside legal range",
+    INVERTED_RANGE: "Range begin key larger than end key",
+    INVALID_OPTION_VALUE: "Option set with an invalid value",
+    CLIENT_INVALID_OPERATION: "Invalid API call",
+    TRANSACTION_TOO_LARGE: "Transaction exceeds byte limit",
+    KEY_TOO_LARGE: "Key length exceeds limit",
+    VALUE_TOO_LARGE: "Value length exceeds limit",
+}
+
+# What ``Transaction.on_error`` retries (FoundationDB's ``retryable`` predicate for the
+# codes this project meets).  1021 is here because FDB retries it too: every write path
+# above must therefore be idempotent.
+RETRYABLE = frozenset({TRANSACTION_TOO_OLD, FUTURE_VERSION, NOT_COMMITTED, COMMIT_UNKNOWN_RESULT})
+
+
+class FDBError(Exception):
+    """An error with a FoundationDB error code, raised by the embedded engine."""
+
+    def __init__(self, code: int, detail: str | None = None):
+        self.code = code
+        self.description = DESCRIPTIONS.get(code, "Unknown error")
+        self.detail = detail
+        super().__init__(code)
+
+    def __str__(self) -> str:
+        text = f"{self.description} ({self.code})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def __repr__(self) -> str:
+        return f"FDBError({self.code})"
+
+
+def error_code(exc: BaseException) -> int | None:
+    """FoundationDB error code of ``exc`` from either engine, else None."""
+    if isinstance(exc, FDBError):
+        return exc.code
+    cls = type(exc)
+    if cls.__name__ == "FDBError" and cls.__module__ == "fdb.impl":
+        return exc.code
+    return None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True when ``on_error`` would retry the transaction after ``exc``."""
+    return error_code(exc) in RETRYABLE

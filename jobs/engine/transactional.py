@@ -1,0 +1,70 @@
+"""``transactional``: run a function in the caller's transaction or in its own, retried.
+
+Works with both engines: a *database* is anything with ``create_transaction()``; anything
+else is taken to be a transaction, which the function joins and does not commit (the FDB
+layer convention: ``tr`` first, never commit the caller's transaction).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from .errors import error_code
+
+
+def is_database(obj) -> bool:
+    return hasattr(obj, "create_transaction")
+
+
+def run(db, func, *args, **kwargs):
+    """Run ``func(tr, *args, **kwargs)`` in a new transaction of ``db``; commit; retry the
+    errors ``on_error`` retries, exactly as ``fdb.transactional`` does."""
+    tr = db.create_transaction()
+    try:
+        while True:
+            try:
+                ret = func(tr, *args, **kwargs)
+                tr.commit().wait()
+                return ret
+            except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
+                if error_code(exc) is None:
+                    raise
+                tr.on_error(exc).wait()
+    finally:
+        close = getattr(tr, "close", None)
+        if close is not None:
+            close()
+
+
+def transactional(func=None, *, parameter: str = "tr"):
+    """Decorator: the ``parameter`` argument (default ``tr``) may be a database or a
+    transaction.  Given a database, the function runs in a new transaction that is committed
+    and retried on retryable errors, so the function may run several times and must not
+    have side effects outside the transaction.  Given a transaction, it simply joins it."""
+
+    def decorate(f):
+        if inspect.isgeneratorfunction(f):
+            raise ValueError("Generators can not be wrapped with transactional")
+        index = inspect.getfullargspec(inspect.unwrap(f)).args.index(parameter)
+
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            if index < len(args):
+                target = args[index]
+                if not is_database(target):
+                    return f(*args, **kwargs)
+                head, tail = args[:index], args[index + 1 :]
+                return run(target, lambda tr: f(*head, tr, *tail, **kwargs))
+            target = kwargs[parameter]
+            if not is_database(target):
+                return f(*args, **kwargs)
+
+            def body(tr):
+                return f(*args, **{**kwargs, parameter: tr})
+
+            return run(target, body)
+
+        return wrapper
+
+    return decorate if func is None else decorate(func)
