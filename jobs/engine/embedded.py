@@ -260,6 +260,7 @@ class Transaction:
 
     def __del__(self):
         try:
+            self._cancel_watches()
             self._release_conn()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
@@ -747,6 +748,7 @@ class Transaction:
         self._retries += 1
         delay = random.uniform(0, self._backoff)
         self._backoff = min(self._backoff * 2, MAX_BACKOFF)
+        self._cancel_watches()
         self._reset_state()
         if delay:
             time.sleep(delay)
