@@ -888,17 +888,31 @@ class _Watches:
                 self._poked = True
                 self._cond.notify()
 
+    def _fail_all(self, error: FDBError) -> None:
+        armed, self._armed = self._armed, {}
+        for items in armed.values():
+            for _b, f in items:
+                f.set_error(error)
+
     def close(self) -> None:
+        """Fail armed watches and stop the thread (joined, so the store can be deleted)."""
         with self._cond:
             self._closed = True
-            for items in self._armed.values():
-                for _b, f in items:
-                    f.set_error(FDBError(E.OPERATION_CANCELLED))
-            self._armed.clear()
+            self._fail_all(FDBError(E.OPERATION_CANCELLED))
             self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
 
     def _run(self) -> None:
-        conn = self._db._connect()
+        with self._cond:
+            if self._closed:
+                return
+            try:  # under the lock: close() cannot delete a memory store meanwhile
+                conn = self._db._connect()
+            except StoreFileError:
+                self._fail_all(FDBError(E.OPERATION_CANCELLED, "store is gone"))
+                return
         try:
             last_version = None
             interval = self.POLL_MIN

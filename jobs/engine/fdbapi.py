@@ -17,7 +17,7 @@ import fdb
 _STANDIN_FLAG = "_jobs_standin"
 
 
-def _install_impl_standin() -> None:
+def install_impl_standin() -> None:
     if "fdb.impl" in sys.modules:
         return
     standin = types.ModuleType("fdb.impl")
@@ -40,7 +40,7 @@ def remove_impl_standin() -> None:
         del fdb.impl
 
 
-_install_impl_standin()
+install_impl_standin()
 
 import fdb.tuple as tuple  # noqa: E402  (after the stand-in, on purpose)
 from fdb.subspace_impl import Subspace  # noqa: E402

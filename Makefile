@@ -1,0 +1,29 @@
+# `make test` and `make demo` do all set-up: they create .venv with the system's python3
+# (3.11 or newer) and install the project into it, re-installing only when pyproject.toml
+# changed since the last install.
+
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+PYTEST_TIMEOUT ?= 600
+
+.PHONY: test demo install clean
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/python -m jobs.demo $(DEMO_ARGS)
+
+install: $(STAMP)
+
+$(VENV)/bin/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .jobs

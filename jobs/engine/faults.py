@@ -1,0 +1,313 @@
+"""Fault injection: commits that fail on purpose, on any engine.
+
+A real cluster returns ``not_committed`` (1020), ``commit_unknown_result`` (1021) and
+``transaction_too_old`` (1007) only under load or failures; this wrapper returns them on
+demand so that the retry paths above the engine, and the idempotency every retried write
+needs, are exercised by ordinary tests::
+
+    db = FaultInjectingDatabase(EmbeddedDatabase(path), conflict=0.1, unknown_committed=0.05, seed=7)
+
+For each commit of a transaction that wrote something, one draw decides among:
+
+==========================  ======  ==========================================================
+rate                        code    what happens
+==========================  ======  ==========================================================
+``conflict``                1020    nothing is committed
+``unknown_committed``       1021    the transaction **is** committed, then 1021 is raised
+``unknown_not_committed``   1021    nothing is committed
+``too_old``                 1007    nothing is committed
+==========================  ======  ==========================================================
+
+Read-only commits are never faulted (FoundationDB never fails them either).  ``on_error``
+works as usual; after an injected fault it is given the bare code, which both engines'
+``on_error`` accept.  The rates are plain attributes and may be changed at any time.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+
+from . import errors as E
+from .errors import FDBError
+from .futures import Future
+
+FAULTS = {  # name -> code
+    "conflict": E.NOT_COMMITTED,
+    "unknown_committed": E.COMMIT_UNKNOWN_RESULT,
+    "unknown_not_committed": E.COMMIT_UNKNOWN_RESULT,
+    "too_old": E.TRANSACTION_TOO_OLD,
+}
+
+# Transaction methods that make a commit a writing one.
+_MUTATORS = (
+    "set", "clear", "clear_range", "clear_range_startswith",
+    "add", "max", "min", "bit_and", "bit_or", "bit_xor", "byte_max", "byte_min",
+    "append_if_fits", "compare_and_clear",
+    "set_versionstamped_key", "set_versionstamped_value",
+    "add_write_conflict_key", "add_write_conflict_range",
+)  # fmt: skip
+
+
+class FaultInjectingDatabase:
+    """Wraps a database (embedded or ``fdb.Database``); its transactions' commits fail at
+    the configured rates (each in [0, 1], summing to at most 1).
+
+    Counters for tests: ``commits`` (writing commits attempted through the wrapper),
+    ``injected`` (a Counter by fault name) and ``faults`` (their total)."""
+
+    def __init__(
+        self,
+        db,
+        *,
+        conflict: float = 0.0,
+        unknown_committed: float = 0.0,
+        unknown_not_committed: float = 0.0,
+        too_old: float = 0.0,
+        seed: int | None = None,
+    ):
+        self.db = db
+        self.conflict = conflict
+        self.unknown_committed = unknown_committed
+        self.unknown_not_committed = unknown_not_committed
+        self.too_old = too_old
+        self._check_rates()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.commits = 0
+        self.injected: collections.Counter[str] = collections.Counter()
+
+    def _check_rates(self) -> None:
+        total = 0.0
+        for name in FAULTS:
+            rate = getattr(self, name)
+            if not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+                raise ValueError(f"fault rate {name}={rate!r} must be a number between 0 and 1")
+            total += rate
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"fault rates add up to {total}, more than 1")
+
+    @property
+    def faults(self) -> int:
+        return sum(self.injected.values())
+
+    def _draw(self) -> str | None:
+        """Count one writing commit and pick the fault to inject, if any."""
+        self._check_rates()
+        with self._lock:
+            self.commits += 1
+            x = self._rng.random()
+            for name in FAULTS:
+                rate = getattr(self, name)
+                if x < rate:
+                    self.injected[name] += 1
+                    return name
+                x -= rate
+        return None
+
+    def _uncount(self, name: str) -> None:
+        with self._lock:
+            self.injected[name] -= 1
+            if not self.injected[name]:
+                del self.injected[name]
+
+    def create_transaction(self) -> "FaultInjectingTransaction":
+        return FaultInjectingTransaction(self, self.db.create_transaction())
+
+    # Database shortcuts run their own transactions through the wrapper, so they see faults.
+    def _run(self, fn):
+        from .transactional import run
+
+        return run(self, fn)
+
+    def get(self, key):
+        return self._run(lambda tr: _plain(tr.get(key)))
+
+    def set(self, key, value) -> None:
+        self._run(lambda tr: tr.set(key, value))
+
+    __setitem__ = set
+
+    def clear(self, key) -> None:
+        self._run(lambda tr: tr.clear(key))
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.get_range(key.start or b"", key.stop or b"\xff")
+        return self.get(key)
+
+    def __delitem__(self, key) -> None:
+        if isinstance(key, slice):
+            self.clear_range(key.start or b"", key.stop or b"\xff")
+        else:
+            self.clear(key)
+
+    def get_range(self, begin, end, limit=0, reverse=False, **kwargs) -> list:
+        return self._run(lambda tr: list(tr.get_range(begin, end, limit, reverse, **kwargs)))
+
+    def get_range_startswith(self, prefix, *args, **kwargs) -> list:
+        return self._run(lambda tr: list(tr.get_range_startswith(prefix, *args, **kwargs)))
+
+    def clear_range(self, begin, end) -> None:
+        self._run(lambda tr: tr.clear_range(begin, end))
+
+    def clear_range_startswith(self, prefix) -> None:
+        self._run(lambda tr: tr.clear_range_startswith(prefix))
+
+    def __getattr__(self, name):  # close(), path, options, ...: the wrapped database's
+        return getattr(self.db, name)
+
+    def __repr__(self) -> str:
+        rates = ", ".join(f"{n}={getattr(self, n)}" for n in FAULTS if getattr(self, n))
+        return f"FaultInjectingDatabase({self.db!r}, {rates})"
+
+
+def _plain(value):
+    """``bytes | None`` from a Value future of either engine."""
+    value = value.wait()
+    return None if value is None or value == None else bytes(value)  # noqa: E711 - fdb Value
+
+
+class FaultInjectingTransaction:
+    """A transaction of the wrapped database whose ``commit`` may fail on purpose; every
+    other attribute is the wrapped transaction's."""
+
+    def __init__(self, db: FaultInjectingDatabase, tr):
+        self._faults = db
+        self._tr = tr
+        self._writes = False
+        self._pending: list[_Relay] = []  # versionstamp and watch futures of this attempt
+        self._injected: FDBError | None = None
+
+    @property
+    def wrapped(self):
+        return self._tr
+
+    def __getattr__(self, name):
+        return getattr(self._tr, name)
+
+    def get_versionstamp(self):
+        return self._relay(self._tr.get_versionstamp())
+
+    def watch(self, key):
+        return self._relay(self._tr.watch(key))
+
+    def _relay(self, inner) -> "_Relay":
+        relay = _Relay(inner)
+        self._pending.append(relay)
+        return relay
+
+    def commit(self):
+        """The wrapped commit, or a future failing with an injected error (see module doc)."""
+        fault = self._faults._draw() if self._writes else None
+        if fault is None:
+            return self._tr.commit()
+        error = FDBError(FAULTS[fault], f"injected ({fault})")
+        # As FDB does, the versionstamp and watches of a failed commit fail with its error,
+        # also when the commit did happen behind the error (1021).
+        pending, self._pending = self._pending, []
+        for relay in pending:
+            relay.detach()
+        if fault == "unknown_committed":
+            try:
+                self._tr.commit().wait()
+            except BaseException:  # a real failure (e.g. a real conflict) wins
+                self._faults._uncount(fault)
+                for relay in pending:
+                    relay.reattach()
+                raise
+        for relay in pending:
+            relay.fail(error)
+        self._injected = error
+        failed = Future()
+        failed.set_error(error)
+        return failed
+
+    def on_error(self, error):
+        """The wrapped ``on_error``; an injected error is passed as its bare code, which the
+        bindings accept (they reject foreign exception types)."""
+        if error is self._injected and error is not None:
+            error = error.code
+        self._injected = None
+        self._writes = False
+        self._pending = []
+        return self._tr.on_error(error)
+
+    def reset(self) -> None:
+        self._injected = None
+        self._writes = False
+        self._pending = []
+        self._tr.reset()
+
+    def __setitem__(self, key, value) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key) -> None:
+        self._writes = True
+        self._tr.__delitem__(key)
+
+    def __getitem__(self, key):
+        return self._tr[key]
+
+    def __repr__(self) -> str:
+        return f"FaultInjectingTransaction({self._tr!r})"
+
+
+class _Relay(Future):
+    """A future that repeats the wrapped transaction's future (versionstamp or watch) until
+    an injected fault detaches it and fails it with the injected error instead."""
+
+    __slots__ = ("_inner", "_detached")
+
+    def __init__(self, inner):
+        super().__init__()
+        self._inner = inner
+        self._detached = False
+        inner.on_ready(self._copy)
+
+    def _copy(self, inner) -> None:
+        if self._detached:
+            return
+        try:
+            value = inner.wait()
+        except BaseException as exc:  # noqa: BLE001 - handed on to the waiter
+            self.set_error(exc)
+        else:
+            self.set_result(value)
+
+    def detach(self) -> None:
+        self._detached = True
+
+    def reattach(self) -> None:
+        self._detached = False
+        if self._inner.is_ready():
+            self._copy(self._inner)
+
+    def fail(self, error: BaseException) -> None:
+        if self.set_error(error):
+            cancel = getattr(self._inner, "cancel", None)
+            if cancel is not None:  # e.g. a watch armed by a commit that happened behind 1021
+                try:
+                    cancel()
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+
+    def cancel(self) -> None:
+        self._inner.cancel()
+        super().cancel()
+
+
+def _mutator(name: str):
+    def method(self, *args, **kwargs):
+        self._writes = True
+        return getattr(self._tr, name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The wrapped transaction's ``{name}``."
+    return method
+
+
+for _name in _MUTATORS:
+    setattr(FaultInjectingTransaction, _name, _mutator(_name))
+del _name

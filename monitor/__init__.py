@@ -1,0 +1,1 @@
+"""Activity monitor, subscription notifier and status surface (CLI, HTTP, metrics)."""

@@ -1,0 +1,1 @@
+"""Worker loops, task behaviors, distributed partition operations and the Spark pipeline."""
