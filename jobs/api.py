@@ -397,3 +397,27 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
 def is_resubmitted(job: Job) -> bool:
     """Whether the job was flagged for resubmission (as of the Job's last update)."""
     return _job(job).resubmitted
+
+
+def release(tr, job: Job) -> None:
+    """Hand a running job back to pending at once, without finishing it (data and scheduled
+    time kept; the next update/finish with this Job raises Halt).  For workers that stop
+    before a job is done: the job need not wait out its type timeout.  Raises Halt when the
+    job is no longer this worker's."""
+    job = _job(job)
+    released = []
+
+    def body(tr):
+        _check_store(tr, job)
+        row = rows.get(tr, job.type, job.id)
+        if row is None or row.lock != job.lock:
+            if released and row is not None and row.state == "pending":
+                return  # an earlier attempt released it and may have committed (1021)
+            raise Halt(f"job {job.type}/{job.id} is no longer held by this worker")
+        released.append(True)
+        rows.clear_activity(tr, job.type, row)
+        rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, row.data, row.last_lock))
+        pending.enqueue(tr, job.type, row.stime, job.id)
+        rows.bump_activity(tr, job.type)
+
+    _in(tr, body)

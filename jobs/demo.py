@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"started {args.workers} worker processes: {', '.join(str(p.pid) for p in procs)}")
     finished = 0
     while any(p.is_alive() for p in procs):
-        finished = sum(1 for j in jobs.get_jobs(db, TYPE) if j.state == "finished")
+        busy = jobs.pending_count(db, TYPE) + len(jobs.get_active_jobs_ids(db, TYPE))
+        finished = args.jobs - busy
         sys.stdout.write("\r" + _bar(finished, args.jobs))
         sys.stdout.flush()
         time.sleep(0.2)
