@@ -13,7 +13,7 @@ import uuid
 from . import keys
 from .engine import KeySelector, strinc
 
-SAMPLE = 64  # head of the queue read to pick from; a few workers rarely pick alike
+SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
 _ONE = (1).to_bytes(8, "little")
 
 
