@@ -12,7 +12,11 @@ each write path stays correct when that happens:
 * ``accept``: the lock is drawn once per call; a retry first checks whether the job it
   picked already carries that lock, and returns it instead of locking a second job.
 * ``finish``: a finish records its lock in the row (``LastLock``); a retry that finds its
-  own lock there knows its finish committed, instead of raising ``Halt``.
+  own lock there knows its finish committed, instead of raising ``Halt``.  Creators'
+  changes (re-add, resubmit, release) clear ``LastLock``, so a finish repeated after the
+  job was re-added raises ``Halt`` as it should.  Left open: if, between a finish that
+  committed with 1021 and its retry, another worker accepts *and* finishes the job, the
+  retry raises ``Halt``.
 * ``remove`` on a database: a retry that no longer finds the job it found before succeeds.
 """
 
@@ -26,7 +30,7 @@ from typing import NamedTuple
 
 from . import keys, pending, rows
 from .codec import Row, decode_data, encode_data
-from .engine import tuple, wait_future
+from .engine import tuple as fdb_tuple, wait_future
 from .engine.transactional import is_database, run
 from .errors import ForeignJobError, Halt, NoTypeTimeout, NotFound
 
@@ -106,7 +110,7 @@ def set_type_timeout(tr, type: str, seconds: float) -> None:
 
     def body(tr):
         keys.ensure_store(tr)
-        tr.set(keys.timeout_key(type), tuple.pack((seconds,)))
+        tr.set(keys.timeout_key(type), fdb_tuple.pack((seconds,)))
 
     _in(tr, body)
 
@@ -114,7 +118,7 @@ def set_type_timeout(tr, type: str, seconds: float) -> None:
 def get_type_timeout(tr, type: str) -> float | None:
     _name(type, "type")
     raw = _in(tr, lambda tr: tr.get(keys.timeout_key(type)).wait())
-    return None if raw is None else tuple.unpack(raw)[0]
+    return None if raw is None else fdb_tuple.unpack(raw)[0]
 
 
 def clear_type_timeout(tr, type: str) -> None:
@@ -158,8 +162,7 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
             return
         if state == "pending":
             pending.remove(tr, type, row.stime, job_id)
-        last_lock = None if row is None else row.last_lock
-        rows.put(tr, type, job_id, Row(None, None, stime, False, raw, last_lock))
+        rows.put(tr, type, job_id, Row(None, None, stime, False, raw))
         pending.enqueue(tr, type, stime, job_id)
         rows.bump_activity(tr, type)
 
@@ -383,7 +386,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         else:
             if state == "pending":
                 pending.remove(tr, job.type, row.stime, job.id)
-            rows.put(tr, job.type, job.id, Row(None, None, new_stime, False, new_data, row.last_lock))
+            rows.put(tr, job.type, job.id, Row(None, None, new_stime, False, new_data))
             pending.enqueue(tr, job.type, new_stime, job.id)
             rows.bump_activity(tr, job.type)
         return state
@@ -416,7 +419,7 @@ def release(tr, job: Job) -> None:
             raise Halt(f"job {job.type}/{job.id} is no longer held by this worker")
         released.append(True)
         rows.clear_activity(tr, job.type, row)
-        rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, row.data, row.last_lock))
+        rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, row.data))
         pending.enqueue(tr, job.type, row.stime, job.id)
         rows.bump_activity(tr, job.type)
 

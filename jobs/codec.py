@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from .engine import Versionstamp, tuple
+from .engine import Versionstamp
+from .engine import tuple as fdb_tuple
 from .errors import JobDataError
 
 VALUE_LIMIT = 100_000
@@ -43,18 +44,18 @@ class Row:
 
 def encode_row(row: Row) -> bytes:
     """Row value; with an incomplete ``seq`` use :func:`encode_stamped_row`."""
-    return tuple.pack((row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    return fdb_tuple.pack((row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
 
 
 def encode_stamped_row(row: Row) -> bytes:
     """Row value whose Seq is this transaction's versionstamp (for set_versionstamped_value)."""
-    return tuple.pack_with_versionstamp(
+    return fdb_tuple.pack_with_versionstamp(
         (Versionstamp(), row.lock, row.stime, row.resubmit, row.data, row.last_lock)
     )
 
 
 def decode_row(raw: bytes) -> Row:
-    return Row(*tuple.unpack(raw))
+    return Row(*fdb_tuple.unpack(raw))
 
 
 def _check_finite(value, path: str = "data") -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import uuid
 import weakref
 
-from .engine import Subspace, tuple
+from .engine import Subspace
+from .engine import tuple as fdb_tuple
 from .errors import LayoutError
 
 LAYOUT_VERSION = 1
@@ -65,9 +66,9 @@ _store_ids: "weakref.WeakKeyDictionary[object, bytes]" = weakref.WeakKeyDictiona
 
 
 def _check_layout(raw: bytes | None) -> None:
-    if raw is not None and tuple.unpack(raw)[0] > LAYOUT_VERSION:
+    if raw is not None and fdb_tuple.unpack(raw)[0] > LAYOUT_VERSION:
         raise LayoutError(
-            f"this store's job layout is version {tuple.unpack(raw)[0]}, newer than this "
+            f"this store's job layout is version {fdb_tuple.unpack(raw)[0]}, newer than this "
             f"release's {LAYOUT_VERSION}: upgrade the package"
         )
 
@@ -78,10 +79,10 @@ def ensure_store(tr) -> bytes:
     raw_id = tr.get(STORE_ID_KEY).wait()
     _check_layout(tr.get(LAYOUT_KEY).wait())
     if raw_id is None:
-        raw_id = tuple.pack((uuid.uuid4().bytes,))
+        raw_id = fdb_tuple.pack((uuid.uuid4().bytes,))
         tr.set(STORE_ID_KEY, raw_id)
-        tr.set(LAYOUT_KEY, tuple.pack((LAYOUT_VERSION,)))
-    return tuple.unpack(raw_id)[0]
+        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
+    return fdb_tuple.unpack(raw_id)[0]
 
 
 def store_id(tr) -> bytes | None:
@@ -98,7 +99,7 @@ def store_id(tr) -> bytes | None:
     if raw is None:
         return None
     _check_layout(snap.get(LAYOUT_KEY).wait())
-    sid = tuple.unpack(raw)[0]
+    sid = fdb_tuple.unpack(raw)[0]
     if db is not None:
         _store_ids[db] = sid
     return sid
