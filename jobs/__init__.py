@@ -6,12 +6,12 @@
     job = jobs.accept(db, "t")
     jobs.finish(db, job, {"done": True})
 
-See ``jobs.api`` for the contract of each function and ``jobs.aio`` for async twins.
+See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data model and
+``jobs.aio`` for async twins.  Beyond couch_jobs' API: ``release`` hands a running job back
+to pending at once (a worker shutting down).
 """
 
 from .api import (
-    Job,
-    JobInfo,
     accept,
     add,
     clear_type_timeout,
@@ -31,41 +31,55 @@ from .api import (
     set_type_timeout,
     update,
 )
-from .engine import FDBError, transactional
+from .engine import transactional
 from .engine.urls import StoreOpenError
 from .engine.urls import open_database as open
-from .errors import ForeignJobError, Halt, JobDataError, JobsError, LayoutError, NotFound, NoTypeTimeout
+from .errors import (
+    ForeignJobError,
+    Halt,
+    JobDataError,
+    JobsError,
+    LayoutError,
+    NotFound,
+    NoTypeTimeout,
+    StoreError,
+)
+from .job import Job, JobInfo
 
 __all__ = [
-    "FDBError",
-    "ForeignJobError",
-    "Halt",
-    "Job",
-    "JobDataError",
-    "JobInfo",
-    "JobsError",
-    "LayoutError",
-    "NoTypeTimeout",
-    "NotFound",
-    "StoreOpenError",
-    "accept",
-    "add",
+    # the pinned API
+    "set_type_timeout",
+    "get_type_timeout",
     "clear_type_timeout",
-    "finish",
-    "get_active_jobs_ids",
-    "get_job",
+    "add",
+    "remove",
     "get_job_data",
     "get_job_state",
-    "get_jobs",
-    "get_type_timeout",
+    "get_job",
     "get_types",
-    "is_resubmitted",
-    "open",
+    "get_jobs",
+    "get_active_jobs_ids",
     "pending_count",
-    "release",
-    "remove",
-    "resubmit",
-    "set_type_timeout",
-    "transactional",
+    "accept",
     "update",
+    "finish",
+    "resubmit",
+    "is_resubmitted",
+    "transactional",
+    "Job",
+    "JobInfo",
+    # opening a store
+    "open",
+    # beyond couch_jobs
+    "release",
+    # errors
+    "JobsError",
+    "NotFound",
+    "Halt",
+    "NoTypeTimeout",
+    "JobDataError",
+    "ForeignJobError",
+    "StoreError",
+    "LayoutError",
+    "StoreOpenError",
 ]

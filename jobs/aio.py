@@ -1,25 +1,31 @@
-"""Async twins of the job API for anyio (asyncio or trio) code.
+"""Async twins of the job API for anyio code (asyncio or trio).
 
-The blocking calls run in worker threads.  ``accept`` waits in short slices so that a
-cancelled task stops within a fraction of a second, and a job accepted just as the task is
-cancelled is handed back to pending (``release``) rather than left running until its type
-timeout.
+Each twin runs the blocking call in a worker thread (``anyio.to_thread``) and is not
+interrupted by cancellation while the call runs: the caller is cancelled once it returns,
+so a commit's outcome is never left unknown by a cancellation.
+
+``accept`` is built from the same core as ``jobs.accept`` (``accepting.AcceptCall``):
+each attempt runs in a thread, shielded; waiting on the pending watch runs in a thread of
+its own limiter (so that many waiting accepts never use up the default limiter that the
+other twins need) and is abandoned at once on cancellation, which then cancels the watch.
+A job accepted just as the task is cancelled is handed back to pending (``release``)
+rather than left running until its type timeout.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import time
 
 import anyio
 import anyio.lowlevel
+from anyio.lowlevel import RunVar
 import anyio.to_thread
 
 from . import api
-from .api import Job, is_resubmitted
-
-SLICE = 0.25  # longest blocking wait inside one thread call of accept()
+from .accepting import AcceptCall
+from .errors import Halt
+from .job import Job
 
 __all__ = [
     "accept",
@@ -41,6 +47,20 @@ __all__ = [
     "set_type_timeout",
     "update",
 ]
+
+# Threads blocked on a pending watch: one per waiting accept, not bounded by the default
+# limiter (40 threads), which the short calls of the other twins share.  One limiter per
+# event loop, as anyio keeps its own default limiter.
+_WAITERS: RunVar[anyio.CapacityLimiter] = RunVar("jobs_aio_accept_waiters")
+
+
+def _waiters() -> anyio.CapacityLimiter:
+    try:
+        return _WAITERS.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(math.inf)
+        _WAITERS.set(limiter)
+        return limiter
 
 
 def _twin(fn):
@@ -68,6 +88,7 @@ update = _twin(api.update)
 finish = _twin(api.finish)
 resubmit = _twin(api.resubmit)
 release = _twin(api.release)
+is_resubmitted = api.is_resubmitted  # no I/O: the same function
 
 
 async def accept(
@@ -78,26 +99,34 @@ async def accept(
     no_schedule: bool = False,
     timeout: float | None = None,
 ) -> Job | None:
-    """Async :func:`jobs.accept`: same arguments and result; cancellable."""
-    if timeout is not None and not math.isinf(timeout):
-        api._seconds(timeout, "timeout")
-        deadline = time.monotonic() + timeout
-    else:
-        deadline = None
+    """Async :func:`jobs.accept`: same arguments, result and errors; cancellable at any
+    point without losing or stranding a job."""
+    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout)
     while True:
-        wait = SLICE if deadline is None else max(0.0, min(SLICE, deadline - time.monotonic()))
-        call = functools.partial(
-            api.accept, db, type, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=wait
-        )
-        with anyio.CancelScope(shield=True):  # never drop a job accepted in the thread
-            job = await anyio.to_thread.run_sync(call)
+        with anyio.CancelScope(shield=True):  # an attempt's outcome must be seen
+            out = await anyio.to_thread.run_sync(call.attempt)
+        if isinstance(out, Job):
+            await _hand_back_if_cancelled(db, out)
+            return out
+        if out is None:
+            continue
+        if call.expired():
+            out.watch.cancel()
+            return None
         try:
-            await anyio.lowlevel.checkpoint_if_cancelled()
-        except anyio.get_cancelled_exc_class():
-            if job is not None:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(api.release, db, job)
-            raise
-        if job is not None or (deadline is not None and time.monotonic() >= deadline):
-            return job
+            await anyio.to_thread.run_sync(call.wait, out, abandon_on_cancel=True, limiter=_waiters())
+        finally:
+            out.watch.cancel()  # wakes an abandoned wait; no effect on a watch that fired
 
+
+async def _hand_back_if_cancelled(db, job: Job) -> None:
+    """Re-raise a cancellation that arrived during the attempt, after releasing ``job``."""
+    try:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(api.release, db, job)
+            except Halt:  # already taken from us (removed): nothing to hand back
+                pass
+        raise

@@ -1,112 +1,117 @@
-"""The job API (couch_jobs' ``couch_jobs.erl``): validation, state rules, the JobLock fence.
+"""The job API (couch_jobs.erl's part): argument checks, the state rules, the JobLock fence.
 
 Every function but :func:`accept` takes ``tr``: a database (the call runs and commits its
 own transaction, retried on conflicts) or a transaction (the call joins it and commits
-nothing, so it composes with the caller's writes).  ``accept`` waits, so it takes a
-database.  Arguments are validated before anything is read or written.
+nothing, so it composes with the caller's own writes).  ``accept`` waits, so it takes a
+database.  Arguments and data are checked before anything is read or written, and an error
+raised inside a transaction leaves nothing written by the call.
 
-Retries after ``commit_unknown_result`` (1021) re-run a transaction that may have committed;
-each write path stays correct when that happens:
+Retries after ``commit_unknown_result`` (1021) re-run a transaction that may have
+committed; every write path gives the right answer when that happens:
 
-* ``add``/``update``/``resubmit``/``set_type_timeout``: re-running gives the same end state.
-* ``accept``: the lock is drawn once per call; a retry first checks whether the job it
-  picked already carries that lock, and returns it instead of locking a second job.
-* ``finish``: a finish records its lock in the row (``LastLock``); a retry that finds its
-  own lock there knows its finish committed, instead of raising ``Halt``.  Creators'
-  changes (re-add, resubmit, release) clear ``LastLock``, so a finish repeated after the
-  job was re-added raises ``Halt`` as it should.  Left open: if, between a finish that
-  committed with 1021 and its retry, another worker accepts *and* finishes the job, the
-  retry raises ``Halt``.
-* ``remove`` on a database: a retry that no longer finds the job it found before succeeds.
+* ``add``, ``update``, ``resubmit``, ``set_type_timeout``, ``clear_type_timeout``: running
+  them again gives the same end state.
+* ``accept``: see ``accepting.py`` (the lock is drawn once per call; a retry returns the
+  job an earlier attempt locked).
+* ``finish``: a finish records its lock in the row (``LastLock``); a finish that finds its
+  own lock there knows it already committed and returns instead of raising ``Halt``.
+  This also covers an application's transaction retried around ``finish``.  Creators'
+  changes (re-add, resubmit, release) and ``accept`` clear ``LastLock``: once the job
+  changed hands, a repeated finish must raise ``Halt`` so that the caller's own writes
+  in that transaction never commit unfenced.  Known gap, the price of that: if a finish
+  re-enqueued a job flagged for resubmission, committed behind 1021, and another worker
+  accepted the job before the retry ran, the retry raises ``Halt`` although its finish
+  did commit.
+* ``remove`` and ``release`` on a database: a retry that finds the job already gone (or
+  back in the queue) after an attempt that did the work succeeds.
 """
 
 from __future__ import annotations
 
-import math
-import time
-import uuid
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from dataclasses import replace
 
-from . import keys, pending, rows
+from . import checks, keys, pending, rows
+from .accepting import AcceptCall
 from .codec import Row, decode_data, encode_data
-from .engine import tuple as fdb_tuple, wait_future
+from .engine import tuple as fdb_tuple
 from .engine.transactional import is_database, run
 from .errors import ForeignJobError, Halt, NoTypeTimeout, NotFound
+from .job import Job, JobInfo
 
-STATES = ("pending", "running", "finished")
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A job held by a worker: returned by :func:`accept`, renewed by :func:`update`.
-
-    ``lock`` fences every write made with it; ``store`` identifies the store it came from."""
-
-    type: str
-    id: str
-    data: dict
-    lock: bytes = field(repr=False)
-    store: bytes | None = field(repr=False)
-    resubmitted: bool = False
-
-
-class JobInfo(NamedTuple):
-    """A job as seen by :func:`get_job` / :func:`get_jobs`."""
-
-    type: str
-    id: str
-    state: str
-    data: dict
-    scheduled_time: float
+__all__ = [
+    "Job",
+    "JobInfo",
+    "accept",
+    "add",
+    "clear_type_timeout",
+    "finish",
+    "get_active_jobs_ids",
+    "get_job",
+    "get_job_data",
+    "get_job_state",
+    "get_jobs",
+    "get_type_timeout",
+    "get_types",
+    "is_resubmitted",
+    "pending_count",
+    "release",
+    "remove",
+    "resubmit",
+    "set_type_timeout",
+    "update",
+]
 
 
-# --- argument checks ---------------------------------------------------------------------
+def _in(tr, fn):
+    """``fn(tr)`` inside ``tr`` if it is a transaction, else in a retried transaction of it;
+    the store's layout is checked first either way."""
 
+    def body(tr):
+        keys.check_layout(tr)
+        return fn(tr)
 
-def _name(value, what: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{what} must not be empty")
-    return value
-
-
-def _seconds(value, what: str, *, positive: bool = False, allow_inf: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value) or (math.isinf(value) and not allow_inf):
-        raise ValueError(f"{what} must be a finite number, not {value}")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"{what} must be {'positive' if positive else 'zero or more'}, not {value}")
-    return value
+    return run(tr, body) if is_database(tr) else body(tr)
 
 
 def _job(job) -> Job:
     if not isinstance(job, Job):
-        raise TypeError(f"expected a Job from accept() or update(), not {type(job).__name__}")
+        raise checks.ArgumentTypeError(f"expected a Job from accept() or update(), not {type(job).__name__}")
     return job
 
 
-def _check_store(tr, job: Job) -> None:
-    if job.store != keys.store_id(tr):
+def _not_found(type: str, job_id: str) -> NotFound:
+    return NotFound(f"job {type}/{job_id} not found")
+
+
+def _halt(job: Job) -> Halt:
+    return Halt(f"job {job.type}/{job.id} is no longer held by this worker: stop working on it")
+
+
+def _row_or_not_found(tr, type: str, job_id: str) -> Row:
+    row = rows.get(tr, type, job_id)
+    if row is None:
+        raise _not_found(type, job_id)
+    return row
+
+
+def _row_of(tr, job: Job) -> Row | None:
+    """The row of ``job``'s job, after checking that ``job`` comes from this store."""
+    store = keys.store_id_future(tr)
+    row = rows.get(tr, job.type, job.id)
+    if keys.store_id_of(store) != job.store:
         raise ForeignJobError(f"job {job.type}/{job.id} was accepted from another store than this one")
-
-
-def _in(tr, fn):
-    """Run ``fn(tr)`` in ``tr`` if it is a transaction, else in a retried transaction of it."""
-    return run(tr, fn) if is_database(tr) else fn(tr)
+    return row
 
 
 # --- type timeouts -----------------------------------------------------------------------
 
 
 def set_type_timeout(tr, type: str, seconds: float) -> None:
-    """Seconds a running job of ``type`` may go without ``update`` before it is re-enqueued.
-    Must be set before jobs of the type are added."""
-    _name(type, "type")
-    seconds = _seconds(seconds, "type timeout", positive=True)
+    """Seconds a running job of ``type`` may go without ``update`` before the activity
+    monitor re-enqueues it.  Must be set before jobs of the type are added.  ValueError
+    unless positive and finite."""
+    checks.name(type, "type")
+    seconds = checks.seconds(seconds, "type timeout", positive=True)
 
     def body(tr):
         keys.ensure_store(tr)
@@ -116,18 +121,20 @@ def set_type_timeout(tr, type: str, seconds: float) -> None:
 
 
 def get_type_timeout(tr, type: str) -> float | None:
-    _name(type, "type")
+    """The type's timeout in seconds, or None when it has none."""
+    checks.name(type, "type")
     raw = _in(tr, lambda tr: tr.get(keys.timeout_key(type)).wait())
-    return None if raw is None else fdb_tuple.unpack(raw)[0]
+    return None if raw is None else float(fdb_tuple.unpack(raw)[0])
 
 
 def clear_type_timeout(tr, type: str) -> None:
-    _name(type, "type")
+    """Forget the type's timeout (adding jobs of the type then raises NoTypeTimeout)."""
+    checks.name(type, "type")
     _in(tr, lambda tr: tr.clear(keys.timeout_key(type)))
 
 
 def get_types(tr) -> list[str]:
-    """Types that have a timeout set."""
+    """Types that have a timeout, sorted."""
     r = keys.ACTIVITY_TIMEOUT.range()
     return _in(tr, lambda tr: [keys.ACTIVITY_TIMEOUT.unpack(k)[0] for k, _v in tr.get_range(r.start, r.stop)])
 
@@ -138,21 +145,25 @@ def get_types(tr) -> list[str]:
 def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0) -> None:
     """Add a job, or re-add an existing one (couch_jobs' rules):
 
-    * new: pending at ``scheduled_time`` (seconds since the epoch; 0 = now) with ``data``;
-    * pending at the same time: nothing is written (data is not replaced);
+    * new: pending at ``scheduled_time`` (seconds since the epoch; 0: as soon as possible)
+      with ``data`` (None: ``{}``);
+    * pending at the same time: nothing is written (the data is not replaced either);
     * pending at another time: time and data replaced;
-    * running: flagged to be resubmitted at ``scheduled_time`` when it finishes (data ignored);
+    * running: flagged to run again at ``scheduled_time`` when it finishes (data ignored);
     * finished: pending again with the new data.
 
     Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data."""
-    _name(type, "type")
-    _name(job_id, "job id")
-    stime = _seconds(scheduled_time, "scheduled_time")
+    checks.name(type, "type")
+    checks.name(job_id, "job id")
+    keys.check_key_sizes(type, job_id)
+    stime = checks.seconds(scheduled_time, "scheduled_time")
     raw = encode_data(data)
 
     def body(tr):
         if tr.get(keys.timeout_key(type)).wait() is None:
-            raise NoTypeTimeout(f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first")
+            raise NoTypeTimeout(
+                f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first"
+            )
         row = rows.get(tr, type, job_id)
         state = None if row is None else row.state
         if state == "pending" and row.stime == stime:
@@ -162,26 +173,32 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
             return
         if state == "pending":
             pending.remove(tr, type, row.stime, job_id)
-        rows.put(tr, type, job_id, Row(None, None, stime, False, raw))
-        pending.enqueue(tr, type, stime, job_id)
-        rows.bump_activity(tr, type)
+        _enqueue(tr, type, job_id, stime, raw)
 
     _in(tr, body)
+
+
+def _enqueue(tr, type: str, job_id: str, stime: float, raw: bytes) -> None:
+    """Make the job pending at ``stime`` with data ``raw`` (its old pending key removed by
+    the caller); clears LastLock: a creator's change."""
+    rows.put(tr, type, job_id, Row(None, None, stime, False, raw))
+    pending.enqueue(tr, type, stime, job_id)
+    rows.bump_activity(tr, type)
 
 
 def remove(tr, type: str, job_id: str) -> None:
     """Remove a job in any state; a worker running it gets Halt at its next update/finish.
     Raises NotFound."""
-    _name(type, "type")
-    _name(job_id, "job id")
-    found = []
+    checks.name(type, "type")
+    checks.name(job_id, "job id")
+    found = []  # an attempt found the job: its commit may have happened (1021)
 
     def body(tr):
         row = rows.get(tr, type, job_id)
         if row is None:
-            if found:  # an earlier attempt removed it and its commit may have happened (1021)
+            if found:
                 return
-            raise NotFound(f"job {type}/{job_id} not found")
+            raise _not_found(type, job_id)
         found.append(True)
         if row.state == "pending":
             pending.remove(tr, type, row.stime, job_id)
@@ -192,23 +209,23 @@ def remove(tr, type: str, job_id: str) -> None:
     _in(tr, body)
 
 
-def _row_or_not_found(tr, type: str, job_id: str) -> Row:
-    _name(type, "type")
-    _name(job_id, "job id")
-    row = rows.get(tr, type, job_id)
-    if row is None:
-        raise NotFound(f"job {type}/{job_id} not found")
-    return row
+# --- reading jobs --------------------------------------------------------------------------
+
+
+def _read_row(tr, type: str, job_id: str) -> Row:
+    checks.name(type, "type")
+    checks.name(job_id, "job id")
+    return _in(tr, lambda tr: _row_or_not_found(tr, type, job_id))
 
 
 def get_job_data(tr, type: str, job_id: str) -> dict:
     """The job's data. Raises NotFound."""
-    return decode_data(_in(tr, lambda tr: _row_or_not_found(tr, type, job_id)).data)
+    return decode_data(_read_row(tr, type, job_id).data)
 
 
 def get_job_state(tr, type: str, job_id: str) -> str:
     """"pending", "running" or "finished". Raises NotFound."""
-    return _in(tr, lambda tr: _row_or_not_found(tr, type, job_id)).state
+    return _read_row(tr, type, job_id).state
 
 
 def _info(type: str, job_id: str, row: Row) -> JobInfo:
@@ -217,32 +234,30 @@ def _info(type: str, job_id: str, row: Row) -> JobInfo:
 
 def get_job(tr, type: str, job_id: str) -> JobInfo:
     """Type, id, state, data and scheduled time of a job. Raises NotFound."""
-    return _info(type, job_id, _in(tr, lambda tr: _row_or_not_found(tr, type, job_id)))
+    return _info(type, job_id, _read_row(tr, type, job_id))
 
 
 def get_jobs(tr, type: str | None = None) -> list[JobInfo]:
     """Every job (of ``type``, if given), sorted by (type, id)."""
     if type is not None:
-        _name(type, "type")
-    return _in(tr, lambda tr: [_info(t, i, row) for t, i, row in rows.scan(tr, type)])
+        checks.name(type, "type")
+    infos = _in(tr, lambda tr: [_info(t, i, row) for t, i, row in rows.scan(tr, type)])
+    return sorted(infos, key=lambda info: (info.type, info.id))
 
 
 def get_active_jobs_ids(tr, type: str) -> list[str]:
     """Ids of the running jobs of ``type``, least recently active first."""
-    _name(type, "type")
+    checks.name(type, "type")
     return _in(tr, lambda tr: rows.active_ids(tr, type))
 
 
 def pending_count(tr, type: str, max_sched_time: float | None = None, limit: int | None = None) -> int:
-    """Pending jobs of ``type`` scheduled at or before ``max_sched_time`` (None: all), at
-    most ``limit`` counted.  A snapshot read: adds no conflicts."""
-    _name(type, "type")
-    if max_sched_time is not None:
-        max_sched_time = _seconds(max_sched_time, "max_sched_time", allow_inf=True)
-        if math.isinf(max_sched_time):
-            max_sched_time = None
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a non-negative int, not {limit!r}")
+    """Pending jobs of ``type`` scheduled at or before ``max_sched_time`` (None: all, also
+    those scheduled in the future), counting at most ``limit`` (None: no limit).  A
+    snapshot read: adds no conflicts to the caller's transaction."""
+    checks.name(type, "type")
+    max_sched_time = checks.optional_seconds(max_sched_time, "max_sched_time")
+    limit = checks.limit(limit)
     return _in(tr, lambda tr: pending.count(tr, type, max_sched_time, limit))
 
 
@@ -258,79 +273,40 @@ def accept(
     timeout: float | None = None,
 ) -> Job | None:
     """Take a pending job of ``type`` and run it: returns a Job, or None when ``timeout``
-    seconds pass first (None: wait forever; 0: don't wait).
+    seconds pass first (None: wait forever; 0: don't wait).  Takes a database (it waits).
 
-    Only jobs scheduled at or before ``max_sched_time`` (None: now, re-evaluated while
-    waiting, so a job becomes acceptable when it falls due) are taken.  ``no_schedule=True``
-    only takes jobs scheduled at 0 and picks them by a random UUID probe: use it when job ids
-    are random (UUID-like) and nothing is scheduled."""
-    _name(type, "type")
-    if not is_database(db):
-        raise TypeError("accept() waits, so it takes a database, not a transaction")
-    if max_sched_time is not None:
-        max_sched_time = _seconds(max_sched_time, "max_sched_time", allow_inf=True)
-        if no_schedule and max_sched_time != 0:
-            raise ValueError("no_schedule=True only takes jobs scheduled at 0: drop max_sched_time")
-    if timeout is not None:
-        timeout = _seconds(timeout, "timeout", allow_inf=True)
-        if math.isinf(timeout):
-            timeout = None
-    deadline = None if timeout is None else time.monotonic() + timeout
-    lock = uuid.uuid4().bytes  # once per call: how a retried attempt recognises its own commit
-    picked: list[str] = []
-
-    def attempt(tr):
-        if picked:  # the previous attempt may have committed (1021): is that job ours?
-            row = rows.get(tr, type, picked[-1])
-            if row is not None and row.lock == lock:
-                return Job(type, picked[-1], decode_data(row.data), lock, keys.store_id(tr)), None
-        now = time.time()
-        max_stime = now if max_sched_time is None else max_sched_time
-        job_id = pending.dequeue(tr, type, max_stime, no_schedule)
-        if job_id is None:
-            wake_at = None
-            if max_sched_time is None and not no_schedule:
-                wake_at = pending.next_due(tr, type, max_stime)
-            return None, (pending.watch(tr, type), wake_at)
-        row = rows.get(tr, type, job_id)
-        if row is None or row.state != "pending":
-            return None, None  # a stale queue entry, now cleared: try again
-        picked.append(job_id)
-        rows.put_running(tr, type, job_id, Row(None, lock, row.stime, False, row.data, row.last_lock))
-        return Job(type, job_id, decode_data(row.data), lock, keys.store_id(tr)), None
-
+    Only jobs scheduled at or before ``max_sched_time`` are taken; None means now, re-read
+    while waiting, so a waiting accept wakes when a future job falls due.  ``no_schedule``:
+    only jobs scheduled at 0, picked near a random UUID without reading the queue's head
+    (for UUID-like ids); with an explicit non-zero ``max_sched_time`` it is a ValueError.
+    Safe under 1021: a retried attempt never leaves a second job locked."""
+    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout)
     while True:
-        job, wait = run(db, attempt)
-        if job is not None:
-            return job
-        if wait is None:
+        out = call.attempt()
+        if isinstance(out, Job):
+            return out
+        if out is None:
             continue
-        watch, wake_at = wait
-        limit = None if deadline is None else deadline - time.monotonic()
-        if limit is not None and limit <= 0:
-            watch.cancel()
+        if call.expired():
+            out.watch.cancel()
             return None
-        if wake_at is not None:
-            until_due = max(0.0, wake_at - time.time())
-            limit = until_due if limit is None else min(limit, until_due)
-        if not wait_future(watch, limit):
-            watch.cancel()
+        call.wait(out)
 
 
 def update(tr, job: Job, data: dict | None = None) -> Job:
     """Heartbeat a running job (at least once per type timeout), optionally replacing its
     data.  Returns the renewed Job (see :func:`is_resubmitted`).  Raises Halt when the job
-    is no longer this worker's: stop working on it; nothing was written."""
+    is no longer this worker's (stop working on it; nothing was written), ForeignJobError
+    for a Job of another store, JobDataError for bad data."""
     job = _job(job)
     raw = None if data is None else encode_data(data)
 
     def body(tr):
-        _check_store(tr, job)
-        row = rows.get(tr, job.type, job.id)
+        row = _row_of(tr, job)
         if row is None or row.lock != job.lock:
-            raise Halt(f"job {job.type}/{job.id} is no longer held by this worker")
+            raise _halt(job)
         rows.clear_activity(tr, job.type, row)
-        rows.put_running(tr, job.type, job.id, replace(row, seq=None, data=raw or row.data))
+        rows.put_running(tr, job.type, job.id, row if raw is None else replace(row, data=raw))
         return replace(job, data=job.data if data is None else data, resubmitted=row.resubmit)
 
     return _in(tr, body)
@@ -339,19 +315,21 @@ def update(tr, job: Job, data: dict | None = None) -> Job:
 def finish(tr, job: Job, data: dict | None = None) -> None:
     """Finish a running job, with ``data`` as its final data (None keeps the current data).
     A job flagged for resubmission becomes pending again at its scheduled time.  Raises
-    Halt when the job is no longer this worker's; nothing is written then."""
+    Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
+    for a Job of another store, JobDataError for bad data.  Finishing again with the same
+    Job, e.g. in a transaction retried after 1021, is a no-op while nobody changed the job
+    since (no re-add, resubmit, release or accept)."""
     job = _job(job)
     raw = None if data is None else encode_data(data)
 
     def body(tr):
-        _check_store(tr, job)
-        row = rows.get(tr, job.type, job.id)
+        row = _row_of(tr, job)
         if row is not None and row.last_lock == job.lock:
-            return  # this finish already committed (a retry after 1021)
+            return  # this Job's finish already committed
         if row is None or row.lock != job.lock:
-            raise Halt(f"job {job.type}/{job.id} is no longer held by this worker")
+            raise _halt(job)
         rows.clear_activity(tr, job.type, row)
-        final = raw or row.data
+        final = row.data if raw is None else raw
         if row.resubmit:
             rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock))
             pending.enqueue(tr, job.type, row.stime, job.id)
@@ -363,42 +341,44 @@ def finish(tr, job: Job, data: dict | None = None) -> None:
 
 
 def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: dict | None = None) -> Job | JobInfo:
-    """Run the job again, at ``scheduled_time`` (None: its current time), with ``data``
-    (None: keep the data).  Running: flagged, re-enqueued when it finishes; pending:
-    rescheduled; finished: pending again.  A creator may pass the JobInfo from get_job.
-    Raises NotFound."""
+    """Run the job again, at ``scheduled_time`` (None: its current scheduled time), with
+    ``data`` (None: keep its data).  Running: flagged, and made pending at that time when it
+    finishes; its data is not changed (as couch_jobs; the worker's finish data wins).
+    Pending: rescheduled (nothing written if neither time nor data change).  Finished:
+    pending again.  Not fenced: a creator may pass the JobInfo from get_job.  Returns the
+    Job with ``resubmitted`` set when the job was running (a JobInfo is returned as given).
+    Raises NotFound, ForeignJobError, JobDataError."""
     if not isinstance(job, (Job, JobInfo)):
-        raise TypeError(f"expected a Job or JobInfo, not {type(job).__name__}")
-    stime = None if scheduled_time is None else _seconds(scheduled_time, "scheduled_time")
+        raise checks.ArgumentTypeError(f"expected a Job or JobInfo, not {type(job).__name__}")
+    checks.name(job.type, "type")
+    checks.name(job.id, "job id")
+    stime = None if scheduled_time is None else checks.seconds(scheduled_time, "scheduled_time")
     raw = None if data is None else encode_data(data)
 
     def body(tr):
-        if isinstance(job, Job):
-            _check_store(tr, job)
-        row = _row_or_not_found(tr, job.type, job.id)
+        row = _row_of(tr, job) if isinstance(job, Job) else rows.get(tr, job.type, job.id)
+        if row is None:
+            raise _not_found(job.type, job.id)
         new_stime = row.stime if stime is None else stime
-        new_data = raw or row.data
-        state = row.state
-        if state == "running":
-            rows.put(tr, job.type, job.id, replace(row, stime=new_stime, resubmit=True, data=new_data))
-        elif state == "pending" and new_stime == row.stime and new_data == row.data:
-            pass  # nothing changes: write nothing
-        else:
-            if state == "pending":
+        if row.state == "running":
+            rows.put(tr, job.type, job.id, replace(row, stime=new_stime, resubmit=True))
+        elif row.state == "finished" or new_stime != row.stime or (raw is not None and raw != row.data):
+            if row.state == "pending":
                 pending.remove(tr, job.type, row.stime, job.id)
-            rows.put(tr, job.type, job.id, Row(None, None, new_stime, False, new_data))
-            pending.enqueue(tr, job.type, new_stime, job.id)
-            rows.bump_activity(tr, job.type)
-        return state
+            _enqueue(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
+        return row.state
 
     state = _in(tr, body)
-    if isinstance(job, Job):
-        return replace(job, resubmitted=state == "running", data=job.data if data is None else data)
-    return job
+    if isinstance(job, JobInfo):
+        return job
+    if state == "running":  # the data was not changed
+        return replace(job, resubmitted=True)
+    return replace(job, resubmitted=False, data=job.data if data is None else data)
 
 
 def is_resubmitted(job: Job) -> bool:
-    """Whether the job was flagged for resubmission (as of the Job's last update)."""
+    """Whether the job was flagged to run again, as of the Job's last ``update`` (or the
+    ``resubmit`` that returned it)."""
     return _job(job).resubmitted
 
 
@@ -406,21 +386,18 @@ def release(tr, job: Job) -> None:
     """Hand a running job back to pending at once, without finishing it (data and scheduled
     time kept; the next update/finish with this Job raises Halt).  For workers that stop
     before a job is done: the job need not wait out its type timeout.  Raises Halt when the
-    job is no longer this worker's."""
+    job is no longer this worker's, ForeignJobError for a Job of another store."""
     job = _job(job)
-    released = []
+    released = []  # an attempt released it: its commit may have happened (1021)
 
     def body(tr):
-        _check_store(tr, job)
-        row = rows.get(tr, job.type, job.id)
+        row = _row_of(tr, job)
         if row is None or row.lock != job.lock:
             if released and row is not None and row.state == "pending":
-                return  # an earlier attempt released it and may have committed (1021)
-            raise Halt(f"job {job.type}/{job.id} is no longer held by this worker")
+                return
+            raise _halt(job)
         released.append(True)
         rows.clear_activity(tr, job.type, row)
-        rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, row.data))
-        pending.enqueue(tr, job.type, row.stime, job.id)
-        rows.bump_activity(tr, job.type)
+        _enqueue(tr, job.type, job.id, row.stime, row.data)
 
     _in(tr, body)

@@ -1,16 +1,22 @@
 """Exceptions of the job layer: one tree under :class:`JobsError`.
 
     JobsError
-    +-- NotFound          the job (or type) does not exist
+    +-- NotFound          the job does not exist
     +-- Halt              the worker no longer holds the job: stop, write nothing more
     +-- NoTypeTimeout     add() before set_type_timeout() for the type
     +-- JobDataError      job data is not a JSON object, or is too large
     +-- ForeignJobError   a Job object from another store
-    +-- LayoutError       the store was written by a newer release of this package
+    +-- StoreError        the store's job keys cannot be used by this release
+        +-- LayoutError   ... because a newer release wrote them
 
-Bad arguments (empty ids, negative times, ...) are ``ValueError``/``TypeError`` naming
-the argument.  Engine errors (``FDBError``) that the retry loop cannot resolve pass
-through unchanged.
+Bad arguments (empty or non-string ids, negative or NaN times, ...) are ``ValueError``
+naming the argument (wrong types: ``checks.ArgumentTypeError``, a ValueError and a
+TypeError), raised before anything is read or written.  Engine
+errors that the retry loop cannot resolve pass through unchanged (``jobs.engine.error_code``
+reads their FoundationDB code on either engine).  Opening a store raises
+``jobs.StoreOpenError``.
+
+Each class's docstring is its default message.
 """
 
 from __future__ import annotations
@@ -44,5 +50,9 @@ class ForeignJobError(JobsError):
     """The Job object was accepted from another store than the one given."""
 
 
-class LayoutError(JobsError):
+class StoreError(JobsError):
+    """The store holds job keys this release cannot read (corrupt or foreign data)."""
+
+
+class LayoutError(StoreError):
     """The store's job layout was written by a newer release: upgrade this package."""

@@ -2,18 +2,24 @@
 
 Everything lives under the tuple prefix ``("jobs",)``::
 
-    ("jobs", "data", Type, JobId)            = row: (Seq, Lock, STime, Resubmit, Data, LastLock)
+    ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock)
     ("jobs", "pending", Type, STime, JobId)  = b""
     ("jobs", "watches_pending", Type)        = 8-byte little-endian counter (atomic add)
-    ("jobs", "watches_activity", Type)       = versionstamp of the last activity
+    ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change
     ("jobs", "activity_timeout", Type)       = (seconds,)
-    ("jobs", "activity", Type, Seq)          = JobId   (Seq: the running job's versionstamp)
+    ("jobs", "activity", Type, Seq)          = JobId as UTF-8
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
-    ("jobs", "meta", "store_id")             = (uuid bytes,)   identifies the store
+    ("jobs", "meta", "store_id")             = (16 random bytes,)
 
-Types and ids are strings; ``STime`` is always a float so that the pending queue orders by
-time (the tuple layer sorts ints before floats).  A running job's row and its activity key
-carry the same versionstamp ``Seq``.
+The row value is described in ``codec.py``.  Types and ids are strings.  ``STime`` is
+always a float, so that the pending queue orders by time (the tuple layer sorts every int
+before every float).  A running job's row and its activity key carry the same versionstamp
+``Seq``; the activity keys of one type are therefore in order of last activity, which is
+what the activity monitor scans.
+
+``meta/layout`` is checked the first time a database is used, so a store written by a newer
+release is refused instead of misread.  ``meta/store_id`` is written with the first type
+timeout and travels in every ``Job``, so a Job used against another store is detected.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import weakref
 
 from .engine import Subspace
 from .engine import tuple as fdb_tuple
-from .errors import LayoutError
+from .errors import LayoutError, StoreError
 
 LAYOUT_VERSION = 1
+KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
 ROOT = Subspace(("jobs",))
 DATA = ROOT["data"]
@@ -48,6 +55,11 @@ def pending_key(type: str, stime: float, job_id: str) -> bytes:
     return PENDING.pack((type, stime, job_id))
 
 
+def pending_prefix(type: str, stime: float | None = None) -> bytes:
+    """Prefix of the type's pending keys, or of those scheduled exactly at ``stime``."""
+    return PENDING.pack((type,) if stime is None else (type, stime))
+
+
 def watches_pending_key(type: str) -> bytes:
     return WATCHES_PENDING.pack((type,))
 
@@ -60,46 +72,84 @@ def timeout_key(type: str) -> bytes:
     return ACTIVITY_TIMEOUT.pack((type,))
 
 
-# --- store identity and layout version -----------------------------------------------------
+def activity_key(type: str, seq) -> bytes:
+    """Activity key of a running job whose Seq is the (complete) versionstamp ``seq``."""
+    return ACTIVITY.pack((type, seq))
 
-_store_ids: "weakref.WeakKeyDictionary[object, bytes]" = weakref.WeakKeyDictionary()
+
+def stamped_activity_key(type: str, incomplete_seq) -> bytes:
+    """Activity key for ``set_versionstamped_key``: Seq filled in at commit."""
+    return ACTIVITY.pack_with_versionstamp((type, incomplete_seq))
 
 
-def _check_layout(raw: bytes | None) -> None:
-    if raw is not None and fdb_tuple.unpack(raw)[0] > LAYOUT_VERSION:
-        raise LayoutError(
-            f"this store's job layout is version {fdb_tuple.unpack(raw)[0]}, newer than this "
-            f"release's {LAYOUT_VERSION}: upgrade the package"
+def activity_range(type: str) -> tuple[bytes, bytes]:
+    r = ACTIVITY[type].range()
+    return r.start, r.stop
+
+
+def check_key_sizes(type: str, job_id: str) -> None:
+    """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
+    size = len(pending_key(type, 0.0, job_id))
+    if size > KEY_LIMIT:
+        raise ValueError(
+            f"type and job id are too long: their keys would be {size} bytes, over FoundationDB's "
+            f"limit of {KEY_LIMIT}; use shorter ids"
         )
 
 
-def ensure_store(tr) -> bytes:
-    """Write the layout version and a store id if missing; check the layout; return the id.
-    Called by the functions that create jobs, so every store holding jobs has an id."""
-    raw_id = tr.get(STORE_ID_KEY).wait()
-    _check_layout(tr.get(LAYOUT_KEY).wait())
-    if raw_id is None:
-        raw_id = fdb_tuple.pack((uuid.uuid4().bytes,))
-        tr.set(STORE_ID_KEY, raw_id)
-        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
-    return fdb_tuple.unpack(raw_id)[0]
+# --- layout version and store identity ----------------------------------------------------
+
+# Databases whose layout was found acceptable (a store's layout never goes back down).
+_checked: "weakref.WeakSet[object]" = weakref.WeakSet()
 
 
-def store_id(tr) -> bytes | None:
-    """The store's id (None before any job type was set up); cached per database."""
+def _unpack_meta(raw: bytes, what: str):
+    try:
+        return fdb_tuple.unpack(raw)[0]
+    except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
+        raise StoreError(f"the store's job {what} key is corrupt ({raw[:40]!r})") from exc
+
+
+def _check_layout(raw: bytes | None) -> None:
+    if raw is None:
+        return
+    version = _unpack_meta(raw, "layout version")
+    if not isinstance(version, int) or version > LAYOUT_VERSION:
+        raise LayoutError(
+            f"this store's job layout is version {version!r}, newer than this release's "
+            f"{LAYOUT_VERSION}: upgrade the package to use this store"
+        )
+
+
+def check_layout(tr) -> None:
+    """Raise LayoutError if the store was written by a newer layout.  Read once per database
+    (a snapshot read: adds no conflicts to the caller's transaction)."""
     db = getattr(tr, "db", None)
     try:
-        cached = _store_ids.get(db) if db is not None else None
-    except TypeError:  # not weak-referenceable: no cache
-        cached, db = None, None
-    if cached is not None:
-        return cached
-    snap = tr.snapshot
-    raw = snap.get(STORE_ID_KEY).wait()
-    if raw is None:
-        return None
-    _check_layout(snap.get(LAYOUT_KEY).wait())
-    sid = fdb_tuple.unpack(raw)[0]
+        if db is not None and db in _checked:
+            return
+    except TypeError:  # not weak-referenceable: check every time
+        db = None
+    _check_layout(tr.snapshot.get(LAYOUT_KEY).wait())
     if db is not None:
-        _store_ids[db] = sid
-    return sid
+        _checked.add(db)
+
+
+def ensure_store(tr) -> None:
+    """Write the layout version and a new store id if the store has none yet.  A conflicting
+    read, so that two first writers agree on one id (the loser retries and sees it)."""
+    check_layout(tr)
+    if tr.get(STORE_ID_KEY).wait() is None:
+        tr.set(STORE_ID_KEY, fdb_tuple.pack((uuid.uuid4().bytes,)))
+        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
+
+
+def store_id_future(tr):
+    """Future of the raw store id (a snapshot read), to wait on with :func:`store_id_of`.
+    Not cached: a store can be wiped and recreated under the same database handle."""
+    return tr.snapshot.get(STORE_ID_KEY)
+
+
+def store_id_of(future) -> bytes | None:
+    raw = future.wait()
+    return None if raw is None else _unpack_meta(raw, "store id")

@@ -1,6 +1,7 @@
-"""The pending queue of each type: ``("jobs", "pending", Type, STime, JobId)``.
+"""The pending queue of each type (couch_jobs_pending's part):
+``("jobs", "pending", Type, STime, JobId)``.
 
-Dequeue picks a random eligible job from a snapshot read of the queue's head and adds one
+Dequeue picks a random eligible job from a *snapshot* read of the queue's head and adds one
 read conflict key, on the job it takes: workers that pick different jobs never conflict,
 and two that pick the same one conflict at commit (1020) and the loser retries.
 """
@@ -27,51 +28,66 @@ def remove(tr, type: str, stime: float, job_id: str) -> None:
 
 
 def _bounds(type: str, max_stime: float | None) -> tuple[bytes, bytes]:
-    prefix = keys.PENDING.pack((type,))
+    """Key range of the pending jobs scheduled at or before ``max_stime`` (None: all)."""
+    prefix = keys.pending_prefix(type)
     if max_stime is None:
         return prefix, strinc(prefix)
-    return prefix, strinc(keys.PENDING.pack((type, float(max_stime))))
+    return prefix, strinc(keys.pending_prefix(type, float(max_stime)))
 
 
-def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str | None:
-    """Take (clear) a random eligible pending job; return its id, or None."""
-    if no_schedule:
-        key = _random_key_uuid(tr, type)
-    else:
-        begin, end = _bounds(type, max_stime)
-        rows = tr.snapshot.get_range(begin, end, limit=SAMPLE)
-        key = random.choice(rows).key if rows else None
-    if key is None:
-        return None
-    tr.add_read_conflict_key(key)
-    tr.clear(key)
+def _job_id(key: bytes) -> str:
     return keys.PENDING.unpack(key)[2]
 
 
-def _random_key_uuid(tr, type: str) -> bytes | None:
-    """couch_jobs' no_schedule pick: the pending job (scheduled at 0) nearest a random UUID,
-    before or after it at random, without reading the queue's head."""
-    prefix = keys.PENDING.pack((type, 0.0))
-    probe = keys.PENDING.pack((type, 0.0, uuid.uuid4().hex))
+def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str | None:
+    """Take (clear) a random eligible pending job and return its id, or None.  Eligible:
+    scheduled at or before ``max_stime``; with ``no_schedule``, scheduled at 0 (ids
+    UUID-like, picked near a random UUID without reading the queue's head)."""
+    key = _pick_near_uuid(tr, type) if no_schedule else _pick_from_head(tr, type, max_stime)
+    if key is None:
+        return None
+    tr.add_read_conflict_key(key)  # the one conflict: another worker that took this job
+    tr.clear(key)
+    return _job_id(key)
+
+
+def _pick_from_head(tr, type: str, max_stime: float) -> bytes | None:
+    begin, end = _bounds(type, max_stime)
+    head = [key for key, _value in tr.snapshot.get_range(begin, end, limit=SAMPLE)]
+    return random.choice(head) if head else None
+
+
+def _pick_near_uuid(tr, type: str) -> bytes | None:
+    """The job scheduled at 0 nearest a random UUID, after or before it (50/50, so neither
+    end of the id space waits longer than the other)."""
+    prefix = keys.pending_prefix(type, 0.0)
+    probe = keys.pending_key(type, 0.0, uuid.uuid4().hex)
     after = KeySelector.first_greater_or_equal(probe)
     before = KeySelector.last_less_or_equal(probe)
     for selector in (after, before) if random.random() < 0.5 else (before, after):
-        key = tr.snapshot.get_key(selector).wait()
+        key = bytes(tr.snapshot.get_key(selector).wait())
         if key.startswith(prefix) and key != prefix:
             return key
     return None
 
 
 def count(tr, type: str, max_stime: float | None = None, limit: int | None = None) -> int:
+    """Pending jobs scheduled at or before ``max_stime`` (None: all), at most ``limit``.
+    A snapshot read."""
+    if limit == 0:
+        return 0  # (a range read's limit 0 means "no limit")
     begin, end = _bounds(type, max_stime)
-    return len(tr.snapshot.get_range(begin, end, limit=limit or 0))
+    return sum(1 for _row in tr.snapshot.get_range(begin, end, limit=limit or 0))
 
 
 def next_due(tr, type: str, after: float) -> float | None:
-    """Scheduled time of the earliest pending job due later than ``after``, if any."""
-    _begin, end = _bounds(type, after)
-    rows = tr.snapshot.get_range(end, strinc(keys.PENDING.pack((type,))), limit=1)
-    return keys.PENDING.unpack(rows[0].key)[1] if rows else None
+    """Scheduled time of the earliest pending job due later than ``after``, if any.  A
+    snapshot read: the pending watch covers changes."""
+    _begin, begin = _bounds(type, after)
+    end = strinc(keys.pending_prefix(type))
+    for key, _value in tr.snapshot.get_range(begin, end, limit=1):
+        return keys.PENDING.unpack(key)[1]
+    return None
 
 
 def watch(tr, type: str):

@@ -1,23 +1,43 @@
-"""Job rows and the activity index (``data``, ``activity``, ``watches_activity``).
+"""Job rows and the activity index (couch_jobs_fdb's part): ``data``, ``activity`` and
+``watches_activity``.
 
-Every change to a running job stamps three keys with the commit's versionstamp: the row's
-Seq, the activity key ``(Type, Seq)`` (the activity monitor scans these in stamp order),
-and ``watches_activity/Type`` (what monitors and notifiers watch).
+Every change to a running job stamps its row's Seq and its activity key ``(Type, Seq)`` with
+one versionstamp of the commit, and stamps ``watches_activity/Type`` (what the activity
+monitor and the notifier watch).  Several running rows may be stamped in one transaction
+(a worker updating two jobs together): each gets its own versionstamp *user version*, so
+their activity keys stay distinct (in couch_jobs the second would overwrite the first).
 """
 
 from __future__ import annotations
+
+import itertools
+import weakref
 
 from . import keys
 from .codec import Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp
 
-
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
+_USER_VERSIONS = 1 << 16
+
+# transaction -> counter of the user versions it handed out (entries die with it)
+_stamps: "weakref.WeakKeyDictionary[object, itertools.count]" = weakref.WeakKeyDictionary()
+_fallback = itertools.count()
+
+
+def _new_seq(tr) -> Versionstamp:
+    """An incomplete versionstamp unique within ``tr`` (its user version counts up)."""
+    try:
+        counter = _stamps.setdefault(tr, itertools.count())
+    except TypeError:  # a transaction that cannot be weak-referenced: a process-wide count
+        counter = _fallback
+    return Versionstamp(user_version=next(counter) % _USER_VERSIONS)
 
 
 def get(tr, type: str, job_id: str) -> Row | None:
+    """The job's row (a conflicting read), or None."""
     raw = tr.get(keys.data_key(type, job_id)).wait()
-    return None if raw is None else decode_row(raw)
+    return None if raw is None else decode_row(raw, f"the row of job {type}/{job_id}")
 
 
 def put(tr, type: str, job_id: str, row: Row) -> None:
@@ -26,9 +46,11 @@ def put(tr, type: str, job_id: str, row: Row) -> None:
 
 
 def put_running(tr, type: str, job_id: str, row: Row) -> None:
-    """Write a running row with this commit's versionstamp as its Seq, and its activity key."""
-    tr.set_versionstamped_value(keys.data_key(type, job_id), encode_stamped_row(row))
-    tr.set_versionstamped_key(keys.ACTIVITY.pack_with_versionstamp((type, Versionstamp())), job_id.encode())
+    """Write a running row whose Seq is this commit's versionstamp, with its activity key
+    (``row.seq`` is ignored; clear the previous activity key first)."""
+    seq = _new_seq(tr)
+    tr.set_versionstamped_value(keys.data_key(type, job_id), encode_stamped_row(row, seq))
+    tr.set_versionstamped_key(keys.stamped_activity_key(type, seq), job_id.encode())
     bump_activity(tr, type)
 
 
@@ -39,7 +61,7 @@ def clear(tr, type: str, job_id: str) -> None:
 def clear_activity(tr, type: str, row: Row) -> None:
     """Drop a running row's activity key (its Seq is a complete versionstamp by now)."""
     if row.seq is not None and row.lock is not None:
-        tr.clear(keys.ACTIVITY.pack((type, row.seq)))
+        tr.clear(keys.activity_key(type, row.seq))
 
 
 def bump_activity(tr, type: str) -> None:
@@ -48,14 +70,14 @@ def bump_activity(tr, type: str) -> None:
 
 
 def scan(tr, type: str | None = None):
-    """``(type, id, Row)`` for every job, or every job of ``type``, in (type, id) order."""
-    space = keys.DATA if type is None else keys.DATA[type]
-    begin, end = space.range().start, space.range().stop
-    for key, value in tr.get_range(begin, end):
+    """``(type, id, Row)`` for every job, or every job of ``type``, in key order."""
+    r = (keys.DATA if type is None else keys.DATA[type]).range()
+    for key, value in tr.get_range(r.start, r.stop):
         t, job_id = keys.DATA.unpack(key)
-        yield t, job_id, decode_row(value)
+        yield t, job_id, decode_row(value, f"the row of job {t}/{job_id}")
 
 
 def active_ids(tr, type: str) -> list[str]:
-    r = keys.ACTIVITY[type].range()
-    return [value.decode() for _key, value in tr.get_range(r.start, r.stop)]
+    """Ids of the running jobs of ``type``, least recently active first."""
+    begin, end = keys.activity_range(type)
+    return [value.decode() for _key, value in tr.get_range(begin, end)]

@@ -1,0 +1,262 @@
+"""First numbers for the embedded engine: raw commit rate against plain SQLite, and
+end-to-end jobs/s (add, accept, finish of no-op jobs) with 1 and 4 worker processes.
+
+    python -m bench.bench_engine              # defaults: 5000 commits, 2000 jobs, 3 runs
+    python -m bench.bench_engine --quick      # a smoke run of a few seconds
+    python bench/bench_engine.py --commits 20000 --jobs 5000 --repeat 5 --dir /some/disk
+
+Both sides of the commit comparison use the same file setup: WAL, ``synchronous=NORMAL``
+(durable against process crashes, not power loss), a fresh file per run, one key-value
+write per transaction.  Plain SQLite does ``BEGIN; INSERT OR REPLACE; COMMIT``; the engine
+does ``tr.set`` in a ``transactional`` function, i.e. everything FoundationDB semantics
+cost on top (conflict check against recent commits, commit log row, version counter,
+cross-process write lock).  Each figure is the median of ``--repeat`` runs, with the
+smallest and largest run beside it.  Store files go to ``--dir`` (default: a temporary
+directory); its file system is printed, since it decides the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):  # run as a script: make the project importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jobs  # noqa: E402
+from jobs.engine.embedded import EmbeddedDatabase  # noqa: E402
+
+TYPE = "bench"
+VALUE = b"v" * 100
+KEY = "bench/{:09d}"
+
+
+# --- (a) raw commit rate ------------------------------------------------------------------
+
+
+def commits_plain_sqlite(path: str, n: int) -> float:
+    """Commits/s of plain sqlite3: WAL, synchronous=NORMAL, one INSERT OR REPLACE + COMMIT each."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+    put = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+    keys = [KEY.format(i).encode() for i in range(n)]
+    start = time.perf_counter()
+    for key in keys:
+        conn.execute("BEGIN")
+        conn.execute(put, (key, VALUE))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+def commits_engine(path: str, n: int) -> float:
+    """Commits/s of the embedded engine: one ``tr.set`` per transaction via ``transactional``."""
+    db = EmbeddedDatabase(path)  # WAL, synchronous=NORMAL (its default, sync="normal")
+
+    @jobs.transactional
+    def put(tr, key):
+        tr.set(key, VALUE)
+
+    keys = [KEY.format(i).encode() for i in range(n)]
+    start = time.perf_counter()
+    for key in keys:
+        put(db, key)
+    elapsed = time.perf_counter() - start
+    db.close()
+    return n / elapsed
+
+
+# --- (b) end-to-end jobs/s ----------------------------------------------------------------
+
+
+def add_jobs(url: str, n: int) -> float:
+    """Adds/s: one job per transaction, as producers usually add them."""
+    db = jobs.open(url)
+    jobs.set_type_timeout(db, TYPE, 3600)
+    start = time.perf_counter()
+    for i in range(n):
+        jobs.add(db, TYPE, f"job-{i:09d}")
+    elapsed = time.perf_counter() - start
+    db.close()
+    return n / elapsed
+
+
+def worker(url: str, barrier, results) -> None:
+    """Accept and finish no-op jobs until none is left; report (count, end time)."""
+    db = jobs.open(url)
+    jobs.get_type_timeout(db, TYPE)  # open the store before the clock starts
+    barrier.wait()
+    done = 0
+    while True:
+        job = jobs.accept(db, TYPE, timeout=0)
+        if job is None:
+            if jobs.pending_count(db, TYPE) == 0:
+                break
+            continue
+        jobs.finish(db, job)
+        done += 1
+    results.put((done, time.monotonic()))
+    db.close()
+
+
+def drain(url: str, n: int, workers: int) -> float:
+    """Jobs/s (accept + finish) of ``workers`` processes emptying a store of ``n`` jobs.
+    The clock starts when every worker has opened the store (process start-up excluded)
+    and stops when the last one finds the queue empty."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(workers + 1), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(url, barrier, results)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    barrier.wait(timeout=120)
+    start = time.monotonic()
+    reports = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a worker failed with exit code {p.exitcode}")
+    done = sum(count for count, _end in reports)
+    if done != n:
+        raise RuntimeError(f"workers finished {done} jobs, expected {n}")
+    return n / (max(end for _count, end in reports) - start)
+
+
+# --- running and reporting ----------------------------------------------------------------
+
+
+def _fresh(directory: str, name: str) -> str:
+    path = os.path.join(directory, name)
+    for suffix in ("", "-wal", "-shm", "-lock", "-journal"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return path
+
+
+def _filesystem(path: str) -> str:
+    """File system type of ``path`` (from /proc/mounts), or '?'."""
+    path, best, fstype = os.path.realpath(path), "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                mount = parts[1]
+                if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best):
+                    best, fstype = mount, parts[2]
+    except OSError:
+        pass
+    return fstype
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _summary(values: list[float]) -> tuple[str, str]:
+    return f"{statistics.median(values):,.0f}", f"{min(values):,.0f} – {max(values):,.0f}"
+
+
+def run(commits: int, n_jobs: int, repeat: int, directory: str, worker_counts=(1, 4)) -> list[tuple]:
+    rows: list[tuple[str, list[float], str]] = []
+
+    def measure(label: str, unit: str, fn) -> None:
+        values = []
+        for r in range(repeat):
+            values.append(fn(r))
+            print(f"  {label}: run {r + 1}/{repeat}: {values[-1]:,.0f} {unit}", file=sys.stderr)
+        rows.append((label, values, unit))
+
+    # Warm up the file system and the interpreter once, untimed.
+    commits_plain_sqlite(_fresh(directory, "warmup.sqlite"), 200)
+    commits_engine(_fresh(directory, "warmup-engine.sqlite"), 200)
+
+    # Alternate the two sides run by run, so that drift affects both alike.
+    plain, engine = [], []
+    for r in range(repeat):
+        plain.append(commits_plain_sqlite(_fresh(directory, "plain.sqlite"), commits))
+        engine.append(commits_engine(_fresh(directory, "engine.sqlite"), commits))
+        print(f"  commits: run {r + 1}/{repeat}: plain {plain[-1]:,.0f}/s, engine {engine[-1]:,.0f}/s", file=sys.stderr)
+    rows.append((f"plain SQLite: {commits} commits, 1 write each", plain, "commits/s"))
+    rows.append((f"embedded engine: {commits} transactions, 1 `set` each", engine, "commits/s"))
+    rows.append(("engine / plain SQLite", [e / p * 100 for e, p in zip(engine, plain)], "%"))
+
+    def add_run(_r):
+        return add_jobs("sqlite:" + _fresh(directory, "jobs.sqlite"), n_jobs)
+
+    measure(f"jobs.add: {n_jobs} jobs, 1 per transaction", "jobs/s", add_run)
+    for workers in worker_counts:
+
+        def drain_run(_r, workers=workers):
+            path = _fresh(directory, "jobs.sqlite")
+            add_jobs("sqlite:" + path, n_jobs)
+            return drain("sqlite:" + path, n_jobs, workers)
+
+        label = f"accept + finish: {n_jobs} jobs, {workers} worker process{'es' if workers > 1 else ''}"
+        measure(label, "jobs/s", drain_run)
+    return rows
+
+
+def report(rows, args, directory: str) -> str:
+    out = [
+        f"Machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}; store files on "
+        f"{_filesystem(directory)} ({directory}).",
+        "Durability, both sides: WAL, synchronous=NORMAL, one write per transaction, a fresh file "
+        "per run.",
+        f"Median of {args.repeat} run{'s' if args.repeat > 1 else ''} (min – max beside it).",
+        "",
+        "| measurement | median | min – max | unit |",
+        "|---|---:|---:|---|",
+    ]
+    for label, values, unit in rows:
+        med, spread = _summary(values)
+        out.append(f"| {label} | {med} | {spread} | {unit} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.bench_engine", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--commits", type=int, default=5000, help="commits per commit-rate run (default 5000)")
+    parser.add_argument("--jobs", type=int, default=2000, help="jobs per end-to-end run (default 2000)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
+    parser.add_argument("--dir", help="directory for the store files (default: a temporary one)")
+    parser.add_argument("--quick", action="store_true", help="small and once: 1000 commits, 300 jobs, 1 run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.commits, args.jobs, args.repeat = 1000, 300, 1
+    if min(args.commits, args.jobs, args.repeat) < 1:
+        parser.error("--commits, --jobs and --repeat must be at least 1")
+
+    own_dir = args.dir is None
+    directory = tempfile.mkdtemp(prefix="jobs-bench-") if own_dir else os.path.abspath(args.dir)
+    os.makedirs(directory, exist_ok=True)
+    try:
+        rows = run(args.commits, args.jobs, args.repeat, directory)
+    finally:
+        if own_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+    print(report(rows, args, directory))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

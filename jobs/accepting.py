@@ -1,0 +1,134 @@
+"""One ``accept`` call, as a core without loops, shared by the blocking front
+(``api.accept``) and the async one (``aio.accept``)::
+
+    call = AcceptCall(db, type, ...)      # validates; draws this call's lock
+    out = call.attempt()                  # one retried transaction: Job | Wait | None
+    call.wait(out)                        # blocks until the watch fires, a job falls due,
+                                          # or the deadline
+
+Idempotency under ``commit_unknown_result`` (1021): the lock is drawn once per call, and
+every attempt after the first starts by checking whether a job it picked earlier carries
+that lock; if so an earlier commit did happen, and that job is returned instead of locking
+a second one (which would stay running, unseen, until its type timeout).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from . import checks, keys, pending, rows
+from .codec import Row, decode_data
+from .engine import error_code, is_retryable, wait_future
+from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
+from .engine.transactional import is_database, run
+from .job import Job
+
+# A watch that failed with a retryable error: pause this long before reading again, so a
+# persistent failure does not turn the wait into a busy loop.
+WATCH_ERROR_PAUSE = 0.05
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to take: wait on ``watch`` (fires when a job of the type is enqueued), and
+    no later than ``due``, when the earliest future job falls due (wall clock; None: no
+    such job, or the call does not take future jobs)."""
+
+    watch: object
+    due: float | None
+
+
+def _watch_error_is_transient(exc: BaseException) -> bool:
+    code = error_code(exc)
+    return code is not None and (is_retryable(exc) or code in (OPERATION_CANCELLED, TRANSACTION_CANCELLED))
+
+
+class AcceptCall:
+    """State of one ``accept`` call (its lock, the jobs it picked, its deadline).  Not
+    thread-safe; one thread at a time drives it."""
+
+    def __init__(self, db, type: str, max_sched_time=None, no_schedule: bool = False, timeout=None):
+        self.type = checks.name(type, "type")
+        if not is_database(db):
+            raise checks.ArgumentTypeError("accept() waits, so it takes a database, not a transaction")
+        self.db = db
+        if not isinstance(no_schedule, bool):
+            raise checks.ArgumentTypeError(f"no_schedule must be a bool, not {no_schedule.__class__.__name__}")
+        self.no_schedule = no_schedule
+        # None: "now" at each attempt, so that a future job is taken once it falls due.
+        self.max_sched_time = None if max_sched_time is None else checks.seconds(
+            max_sched_time, "max_sched_time", allow_inf=True
+        )
+        if no_schedule and self.max_sched_time not in (None, 0.0):
+            raise ValueError("no_schedule=True only takes jobs scheduled at 0: drop max_sched_time")
+        timeout = checks.optional_seconds(timeout, "timeout")
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.lock = uuid.uuid4().bytes
+        self._picked: list[str] = []  # ids this call locked in attempts that may have committed
+
+    # --- one attempt ---------------------------------------------------------------------
+
+    def attempt(self) -> Job | Wait | None:
+        """Run one retried transaction: a Job now held; a Wait; or None (a stale queue entry
+        was dropped: attempt again at once)."""
+        return run(self.db, self._body)
+
+    def _body(self, tr):
+        keys.check_layout(tr)
+        store = keys.store_id_future(tr)
+        mine = self._already_mine(tr)
+        if mine is not None:
+            job_id, row = mine
+            return Job(self.type, job_id, decode_data(row.data), self.lock, keys.store_id_of(store))
+        max_stime = time.time() if self.max_sched_time is None else self.max_sched_time
+        job_id = pending.dequeue(tr, self.type, max_stime, self.no_schedule)
+        if job_id is None:
+            takes_future_jobs = self.max_sched_time is None and not self.no_schedule
+            due = pending.next_due(tr, self.type, max_stime) if takes_future_jobs else None
+            return Wait(pending.watch(tr, self.type), due)
+        row = rows.get(tr, self.type, job_id)
+        if row is None or row.state != "pending":
+            return None  # cannot happen unless a queue entry outlived its job: drop it
+        self._picked.append(job_id)
+        # LastLock cleared: once another worker holds the job, a finish repeated with an
+        # older Job must raise Halt, or its caller's own writes would commit unfenced.
+        rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data))
+        return Job(self.type, job_id, decode_data(row.data), self.lock, keys.store_id_of(store))
+
+    def _already_mine(self, tr) -> tuple[str, Row] | None:
+        """A job an earlier attempt of this call locked (its commit happened behind 1021)."""
+        for job_id in self._picked:
+            row = rows.get(tr, self.type, job_id)
+            if row is not None and row.lock == self.lock:
+                return job_id, row
+        return None
+
+    # --- waiting -------------------------------------------------------------------------
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def wait_seconds(self, w: Wait) -> float | None:
+        """How long to wait on ``w``: until the deadline or ``w.due``, whichever is first
+        (None: no bound)."""
+        limit = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        if w.due is not None:
+            until_due = max(0.0, w.due - time.time())
+            limit = until_due if limit is None else min(limit, until_due)
+        return limit
+
+    def wait(self, w: Wait) -> None:
+        """Block until ``w``'s watch fires, a future job falls due, or the deadline passes;
+        then the caller attempts again.  Cancels the watch unless it fired.  Raises the
+        watch's error when retrying cannot help (e.g. too many watches)."""
+        if not wait_future(w.watch, self.wait_seconds(w)):
+            w.watch.cancel()
+            return
+        try:
+            w.watch.wait()
+        except Exception as exc:  # noqa: BLE001 - sorted just below
+            if not _watch_error_is_transient(exc):
+                raise
+            time.sleep(WATCH_ERROR_PAUSE)

@@ -1,0 +1,494 @@
+"""The API's contract beyond couch_jobs' scenarios: public names, composition with the
+application's transaction, idempotency under ``commit_unknown_result`` (1021), the data
+model's versionstamps, waking on future jobs, ``timeout``, and the async twins."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anyio
+import pytest
+
+import jobs
+import jobs.aio
+from jobs import keys, rows
+from jobs.engine import tuple as fdb_tuple
+from jobs.engine.errors import COMMIT_UNKNOWN_RESULT, FDBError
+from jobs.engine.faults import FaultInjectingDatabase
+from jobs.engine.futures import Future
+
+T = "t"
+WAIT = 30.0  # generous bound for threads; never a timing assertion
+
+
+@pytest.fixture(autouse=True)
+def type_timeout(db):
+    jobs.set_type_timeout(db, T, 60)
+
+
+# --- public names ------------------------------------------------------------------------
+
+PINNED = {
+    "set_type_timeout", "get_type_timeout", "clear_type_timeout", "add", "remove",
+    "get_job_data", "get_job_state", "get_job", "get_types", "get_jobs", "get_active_jobs_ids",
+    "pending_count", "accept", "update", "finish", "resubmit", "is_resubmitted", "transactional",
+    "JobsError", "NotFound", "Halt", "NoTypeTimeout", "JobDataError",
+}  # fmt: skip
+EXTRA = {"open", "Job", "JobInfo", "release", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
+
+
+def test_exported_names():
+    assert set(jobs.__all__) == PINNED | EXTRA
+    assert len(jobs.__all__) == len(set(jobs.__all__))
+    for name in jobs.__all__:
+        assert getattr(jobs, name) is not None
+    public = {n for n in vars(jobs) if not n.startswith("_") and not isinstance(getattr(jobs, n), type(jobs))}
+    assert public == set(jobs.__all__)
+    from jobs.engine.urls import open_database
+
+    assert jobs.open is open_database
+
+
+def test_error_tree():
+    for cls in (jobs.NotFound, jobs.Halt, jobs.NoTypeTimeout, jobs.JobDataError, jobs.ForeignJobError, jobs.StoreError):
+        assert issubclass(cls, jobs.JobsError)
+        assert str(cls()) == cls.__doc__  # docstrings are the default messages
+    assert issubclass(jobs.LayoutError, jobs.StoreError)
+
+
+def test_async_twins_cover_the_blocking_calls():
+    blocking = {n for n in jobs.__all__ if callable(getattr(jobs, n)) and n[0].islower()}
+    assert set(jobs.aio.__all__) == blocking - {"open", "transactional"}
+
+
+# --- composition -------------------------------------------------------------------------
+
+
+def test_finish_and_application_write_commit_together_or_not_at_all(db):
+    jobs.add(db, T, "a", {})
+    jobs.add(db, T, "b", {})
+    job_a = jobs.accept(db, T, timeout=0)
+    job_b = jobs.accept(db, T, timeout=0)
+
+    @jobs.transactional
+    def work(tr, job, key):
+        tr.set(key, b"output")
+        jobs.finish(tr, job, {"out": key.decode()})
+
+    work(db, job_a, b"app/a")
+    assert db.get(b"app/a") == b"output"
+    assert jobs.get_job_state(db, T, job_a.id) == "finished"
+
+    jobs.remove(db, T, job_b.id)  # job b is taken away: its worker's transaction must fail whole
+    with pytest.raises(jobs.Halt):
+        work(db, job_b, b"app/b")
+    assert db.get(b"app/b") is None
+
+
+def test_add_in_the_application_transaction_is_not_committed_on_error(db):
+    @jobs.transactional
+    def create(tr):
+        tr.set(b"app/order", b"1")
+        jobs.add(tr, T, "order-1", {"order": 1})
+        raise RuntimeError("application fails after enqueueing")
+
+    with pytest.raises(RuntimeError):
+        create(db)
+    assert db.get(b"app/order") is None
+    assert jobs.get_jobs(db) == []
+
+
+def test_calls_on_a_transaction_do_not_commit_it(db):
+    tr = db.create_transaction()
+    jobs.add(tr, T, "x", {})
+    assert jobs.get_job_state(tr, T, "x") == "pending"  # read-your-writes
+    assert jobs.get_jobs(db) == []  # nothing committed yet
+    tr.commit().wait()
+    assert jobs.get_job_state(db, T, "x") == "pending"
+
+
+# --- idempotency under commit_unknown_result (1021) ---------------------------------------
+
+
+class CommitThenUnknown:
+    """Database wrapper: the next ``armed`` writing commits really commit, then fail with
+    1021, as a real cluster may when a proxy dies just after committing."""
+
+    def __init__(self, db):
+        self.db = db
+        self.armed = 0
+        self.raised = 0
+
+    def create_transaction(self):
+        return _CommitThenUnknownTransaction(self, self.db.create_transaction())
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+class _CommitThenUnknownTransaction:
+    def __init__(self, owner: CommitThenUnknown, tr):
+        self._owner = owner
+        self._tr = tr
+
+    def __getattr__(self, name):
+        return getattr(self._tr, name)
+
+    def commit(self):
+        done = self._tr.commit()
+        done.wait()
+        if self._owner.armed and self._tr.get_committed_version() >= 0:  # it wrote something
+            self._owner.armed -= 1
+            self._owner.raised += 1
+            failed = Future()
+            failed.set_error(FDBError(COMMIT_UNKNOWN_RESULT, "injected after committing"))
+            return failed
+        return done
+
+    def on_error(self, error):
+        code = error.code if isinstance(error, FDBError) else error
+        return self._tr.on_error(code)  # the bare code: both engines accept it
+
+
+@pytest.fixture
+def unknown(db):
+    return CommitThenUnknown(db)
+
+
+def running_ids(db) -> list[str]:
+    return [i.id for i in jobs.get_jobs(db, T) if i.state == "running"]
+
+
+def test_accept_retried_after_1021_locks_one_job(db, unknown):
+    for n in range(3):
+        jobs.add(db, T, f"j{n}", {"n": n})
+    unknown.armed = 1
+    job = jobs.accept(unknown, T, timeout=0)
+    assert unknown.raised == 1
+    assert running_ids(db) == [job.id]  # not a second job locked behind the first
+    assert jobs.pending_count(db, T) == 2
+    assert jobs.get_active_jobs_ids(db, T) == [job.id]
+    jobs.finish(db, jobs.update(db, job))  # and the Job holds the lock the store has
+
+
+def test_finish_retried_after_1021_does_not_halt(db, unknown):
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+    unknown.armed = 1
+    jobs.finish(unknown, job, {"result": 1})
+    assert unknown.raised == 1
+    assert jobs.get_job(db, T, "j")[2:4] == ("finished", {"result": 1})
+
+
+def test_finish_with_application_write_retried_after_1021(db, unknown):
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+
+    @jobs.transactional
+    def work(tr):
+        tr.set(b"app/j", b"output")
+        jobs.finish(tr, job)
+
+    unknown.armed = 1
+    work(unknown)  # the retry must not raise Halt for the finish that did commit
+    assert unknown.raised == 1
+    assert db.get(b"app/j") == b"output"
+    assert jobs.get_job_state(db, T, "j") == "finished"
+
+
+def test_finish_of_a_resubmitted_job_retried_after_1021(db, unknown):
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+    jobs.add(db, T, "j", {}, 5)  # flagged: the finish re-enqueues it
+    unknown.armed = 1
+    jobs.finish(unknown, job)
+    assert jobs.get_job(db, T, "j")[2:] == ("pending", {}, 5.0)
+    assert jobs.pending_count(db, T) == 1
+
+
+def test_repeated_finish_after_the_job_was_readded_halts(db):
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+    jobs.finish(db, job)
+    jobs.finish(db, job)  # nothing changed since: a no-op (how a retry sees it)
+    jobs.add(db, T, "j", {"again": True})
+    with pytest.raises(jobs.Halt):
+        jobs.finish(db, job)
+    assert jobs.get_job(db, T, "j")[2:4] == ("pending", {"again": True})
+
+
+def test_add_remove_resubmit_retried_after_1021(db, unknown):
+    unknown.armed = 1
+    jobs.add(unknown, T, "j", {"v": 1})
+    assert jobs.get_job(db, T, "j")[2:4] == ("pending", {"v": 1})
+    assert jobs.pending_count(db, T) == 1
+
+    job = jobs.accept(db, T, timeout=0)
+    jobs.finish(db, job)
+    unknown.armed = 1
+    jobs.resubmit(unknown, jobs.get_job(db, T, "j"), data={"v": 2})
+    assert jobs.get_job(db, T, "j")[2:4] == ("pending", {"v": 2})
+    assert jobs.pending_count(db, T) == 1
+
+    unknown.armed = 1
+    jobs.remove(unknown, T, "j")  # the retry finds it gone: not NotFound
+    assert jobs.get_jobs(db) == [] and jobs.pending_count(db, T) == 0
+    assert unknown.raised == 3
+
+
+def test_update_and_release_retried_after_1021(db, unknown):
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+    unknown.armed = 1
+    job = jobs.update(unknown, job, {"progress": 1})
+    assert jobs.get_job_data(db, T, "j") == {"progress": 1}
+    assert jobs.get_active_jobs_ids(db, T) == ["j"]  # one activity key, not two
+    unknown.armed = 1
+    jobs.release(unknown, job)
+    assert jobs.get_job_state(db, T, "j") == "pending"
+    assert jobs.get_active_jobs_ids(db, T) == []
+
+
+def test_accepts_under_random_commit_faults_lock_exactly_what_they_return(db):
+    """Every fault kind at high rates: each accept returns a job it alone holds, and no
+    job is left locked that no accept returned."""
+    ids = [f"j{n:02}" for n in range(30)]
+    for job_id in ids:
+        jobs.add(db, T, job_id, {})
+    faulty = FaultInjectingDatabase(db, conflict=0.15, unknown_committed=0.25, unknown_not_committed=0.15, too_old=0.1, seed=11)
+    accepted = [jobs.accept(faulty, T, timeout=0) for _ in ids]
+    assert faulty.faults > 0
+    assert all(job is not None for job in accepted)
+    assert sorted(job.id for job in accepted) == ids
+    assert sorted(running_ids(db)) == ids
+    for job in accepted:
+        jobs.finish(faulty, job)
+    assert {i.state for i in jobs.get_jobs(db)} == {"finished"}
+    assert jobs.get_active_jobs_ids(db, T) == []
+
+
+# --- data model --------------------------------------------------------------------------
+
+
+def read_row(db, job_id):
+    return jobs.transactional(lambda tr: rows.get(tr, T, job_id))(db)
+
+
+def activity_seqs(db) -> list:
+    begin, end = keys.activity_range(T)
+    return [keys.ACTIVITY.unpack(k)[1] for k, _v in db.get_range(begin, end)]
+
+
+def test_running_row_and_activity_key_share_the_versionstamp(db):
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+    row = read_row(db, "j")
+    assert row.seq is not None and row.seq.is_complete()
+    assert activity_seqs(db) == [row.seq]
+    stamp = db.get(keys.watches_activity_key(T))
+    assert stamp == row.seq.tr_version  # watches_activity: stamped by the same commit
+
+    jobs.update(db, job)
+    newer = read_row(db, "j")
+    assert newer.seq > row.seq and activity_seqs(db) == [newer.seq]  # the old key is gone
+    jobs.finish(db, job)
+    assert activity_seqs(db) == []
+
+
+def test_two_running_jobs_updated_in_one_transaction_keep_two_activity_keys(db):
+    jobs.add(db, T, "a", {})
+    jobs.add(db, T, "b", {})
+    a = jobs.accept(db, T, timeout=0)
+    b = jobs.accept(db, T, timeout=0)
+
+    @jobs.transactional
+    def both(tr):
+        return jobs.update(tr, a), jobs.update(tr, b)
+
+    a, b = both(db)
+    seqs = activity_seqs(db)
+    assert len(seqs) == 2 and seqs[0].tr_version == seqs[1].tr_version
+    assert sorted(jobs.get_active_jobs_ids(db, T)) == ["a", "b"]
+    assert {read_row(db, "a").seq, read_row(db, "b").seq} == set(seqs)
+    jobs.finish(db, a)
+    assert jobs.get_active_jobs_ids(db, T) == [b.id]
+
+
+def test_layout_and_store_id_are_written_with_the_first_type(db):
+    layout = db.get(keys.LAYOUT_KEY)
+    assert fdb_tuple.unpack(layout) == (keys.LAYOUT_VERSION,)
+    store_id = fdb_tuple.unpack(db.get(keys.STORE_ID_KEY))[0]
+    jobs.set_type_timeout(db, "other", 1)
+    assert fdb_tuple.unpack(db.get(keys.STORE_ID_KEY))[0] == store_id  # written once
+    jobs.add(db, T, "j", {})
+    assert jobs.accept(db, T, timeout=0).store == store_id
+
+
+def test_active_jobs_ids_in_order_of_last_activity(db):
+    for job_id in "abc":
+        jobs.add(db, T, job_id, {})
+    held = {}
+    for _ in "abc":
+        job = jobs.accept(db, T, timeout=0)
+        held[job.id] = job
+    order = list(jobs.get_active_jobs_ids(db, T))
+    jobs.update(db, held[order[0]])
+    assert jobs.get_active_jobs_ids(db, T) == order[1:] + order[:1]
+
+
+def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
+    """The random pick reads the queue as a snapshot and adds one read conflict key, on
+    the job taken: workers taking different jobs both commit; the same job, one gets 1020."""
+    from jobs import pending
+    from jobs.engine import error_code
+
+    for job_id in "abcd":
+        jobs.add(db, T, job_id, {})
+    picks = iter([0, -1, 0, 0])  # first and last of the head, then the first twice
+    monkeypatch.setattr(pending.random, "choice", lambda seq: seq[next(picks)])
+
+    def dequeue():
+        tr = db.create_transaction()
+        return tr, pending.dequeue(tr, T, max_stime=10**10)
+
+    (tr1, id1), (tr2, id2) = dequeue(), dequeue()
+    assert (id1, id2) == ("a", "d")
+    tr1.commit().wait()
+    tr2.commit().wait()  # no conflict
+
+    (tr3, id3), (tr4, id4) = dequeue(), dequeue()
+    assert id3 == id4 == "b"
+    tr3.commit().wait()
+    with pytest.raises(Exception) as info:
+        tr4.commit().wait()
+    assert error_code(info.value) == 1020
+
+
+# --- waiting -----------------------------------------------------------------------------
+
+
+def test_accept_timeout_returns_none(db):
+    assert jobs.accept(db, T, timeout=0) is None
+    assert jobs.accept(db, T, timeout=0.2) is None
+    assert jobs.accept(db, T, timeout=0.1, max_sched_time=0, no_schedule=True) is None
+
+
+def test_waiting_accept_wakes_when_a_future_job_falls_due(db):
+    due = time.time() + 0.5
+    jobs.add(db, T, "soon", {}, due)
+    job = jobs.accept(db, T, timeout=WAIT)
+    assert job is not None and job.id == "soon"
+    assert time.time() >= due  # not taken early
+
+
+def test_waiting_accept_wakes_for_a_job_scheduled_while_it_waits(db):
+    result = []
+    thread = threading.Thread(target=lambda: result.append(jobs.accept(db, T, timeout=WAIT)), daemon=True)
+    thread.start()
+    thread.join(0.2)
+    jobs.add(db, T, "later", {}, time.time() + 3600)  # wakes it; not due: it waits again
+    jobs.add(db, T, "soon", {}, time.time() + 0.3)
+    thread.join(WAIT)
+    assert result and result[0] is not None and result[0].id == "soon"
+
+
+def test_many_waiting_accepts_each_get_one_job(db):
+    results: list = []
+    lock = threading.Lock()
+
+    def worker():
+        job = jobs.accept(db, T, timeout=WAIT)
+        with lock:
+            results.append(job)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for n in range(6):
+        jobs.add(db, T, f"j{n}", {})
+    for t in threads:
+        t.join(WAIT)
+    assert sorted(job.id for job in results) == [f"j{n}" for n in range(6)]
+
+
+# --- async twins ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_aio_round_trip(db):
+    await jobs.aio.add(db, T, "j", {"x": 1})
+    job = await jobs.aio.accept(db, T, timeout=0)
+    job = await jobs.aio.update(db, job, {"x": 2})
+    await jobs.aio.finish(db, job)
+    assert (await jobs.aio.get_job(db, T, "j"))[2:4] == ("finished", {"x": 2})
+    assert await jobs.aio.accept(db, T, timeout=0.1) is None
+
+
+@pytest.mark.anyio
+async def test_aio_accept_is_cancellable_and_strands_nothing(db):
+    with anyio.move_on_after(0.3) as scope:
+        await jobs.aio.accept(db, T)
+    assert scope.cancelled_caught
+    await jobs.aio.add(db, T, "j", {})
+    assert await jobs.aio.get_job_state(db, T, "j") == "pending"  # the cancelled accept took nothing
+
+
+@pytest.mark.anyio
+async def test_aio_many_waiting_accepts_leave_threads_for_other_calls(db):
+    """More waiting accepts than anyio's default thread limiter (40) holds: add() must
+    still get a thread, and every accept a job."""
+    count = 45
+    got: list = []
+
+    async def worker():
+        got.append(await jobs.aio.accept(db, T, timeout=WAIT))
+
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(worker)
+            await anyio.sleep(0.2)
+            for n in range(count):
+                await jobs.aio.add(db, T, f"j{n:02}", {})
+    assert sorted(job.id for job in got) == [f"j{n:02}" for n in range(count)]
+
+
+@pytest.mark.anyio
+async def test_aio_job_accepted_while_cancelled_is_handed_back(db):
+    from jobs.aio import _hand_back_if_cancelled
+
+    jobs.add(db, T, "j", {})
+    job = jobs.accept(db, T, timeout=0)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await _hand_back_if_cancelled(db, job)
+        pytest.fail("the cancellation was not re-raised")
+    assert jobs.get_job_state(db, T, "j") == "pending"
+
+
+def test_finish_repeated_after_another_worker_took_the_job_halts_unfenced_writes(db):
+    """A's finish re-enqueued a job flagged for resubmission and B accepted it: A finishing
+    again in its own transaction must raise Halt, so that A's write never commits while B
+    holds the job."""
+    jobs.add(db, T, "j", {})
+    a = jobs.accept(db, T, timeout=0)
+    jobs.resubmit(db, a)
+    jobs.finish(db, a)
+    b = jobs.accept(db, T, timeout=0)
+
+    @jobs.transactional
+    def work(tr, job):
+        tr.set(b"app/j", job.lock)
+        jobs.finish(tr, job)
+
+    with pytest.raises(jobs.Halt):
+        work(db, a)
+    assert db.get(b"app/j") is None and jobs.get_job_state(db, T, "j") == "running"
+    work(db, b)
+    assert db.get(b"app/j") == b.lock
