@@ -173,17 +173,9 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
             return
         if state == "pending":
             pending.remove(tr, type, row.stime, job_id)
-        _enqueue(tr, type, job_id, stime, raw)
+        rows.make_pending(tr, type, job_id, stime, raw)
 
     _in(tr, body)
-
-
-def _enqueue(tr, type: str, job_id: str, stime: float, raw: bytes) -> None:
-    """Make the job pending at ``stime`` with data ``raw`` (its old pending key removed by
-    the caller); clears LastLock: a creator's change."""
-    rows.put(tr, type, job_id, Row(None, None, stime, False, raw))
-    pending.enqueue(tr, type, stime, job_id)
-    rows.bump_activity(tr, type)
 
 
 def remove(tr, type: str, job_id: str) -> None:
@@ -365,7 +357,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         elif row.state == "finished" or new_stime != row.stime or (raw is not None and raw != row.data):
             if row.state == "pending":
                 pending.remove(tr, job.type, row.stime, job.id)
-            _enqueue(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
+            rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
         return row.state
 
     state = _in(tr, body)
@@ -398,6 +390,6 @@ def release(tr, job: Job) -> None:
             raise _halt(job)
         released.append(True)
         rows.clear_activity(tr, job.type, row)
-        _enqueue(tr, job.type, job.id, row.stime, row.data)
+        rows.make_pending(tr, job.type, job.id, row.stime, row.data)
 
     _in(tr, body)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from . import keys
+from . import keys, pending
 from .codec import Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp
 
@@ -51,6 +51,14 @@ def put_running(tr, type: str, job_id: str, row: Row) -> None:
     seq = _new_seq(tr)
     tr.set_versionstamped_value(keys.data_key(type, job_id), encode_stamped_row(row, seq))
     tr.set_versionstamped_key(keys.stamped_activity_key(type, seq), job_id.encode())
+    bump_activity(tr, type)
+
+
+def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes) -> None:
+    """Make the job pending at ``stime`` with data ``raw`` (its old pending key and activity
+    key removed by the caller).  Clears LastLock: a creator's (or the monitor's) change."""
+    put(tr, type, job_id, Row(None, None, stime, False, raw))
+    pending.enqueue(tr, type, stime, job_id)
     bump_activity(tr, type)
 
 

@@ -1,0 +1,39 @@
+"""Finding and re-enqueueing inactive running jobs (couch_jobs_fdb's part of the activity
+monitor).  The monitor compares versionstamps only, never clocks of other machines: a job
+whose activity key is at or before a versionstamp sampled one type timeout ago has not been
+updated for at least that long.
+"""
+
+from __future__ import annotations
+
+from . import keys, rows
+from .engine import Versionstamp
+
+_LAST_USER_VERSION = 0xFFFF
+
+
+def last_activity(tr, type: str) -> bytes | None:
+    """The 10-byte versionstamp of the type's last activity (or job change), or None."""
+    raw = tr.get(keys.watches_activity_key(type)).wait()
+    return None if raw is None else bytes(raw)
+
+
+def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bool]:
+    """Make pending again (lock dropped, scheduled time and data kept) up to ``limit``
+    running jobs of ``type`` whose last activity is at or before the versionstamp ``up_to``.
+    Their workers get Halt at their next update or finish.  Returns ``(re-enqueued, more)``,
+    ``more`` when the batch was full and jobs may be left."""
+    begin, _end = keys.activity_range(type)
+    end = keys.activity_key(type, Versionstamp(up_to, _LAST_USER_VERSION)) + b"\x00"
+    batch = list(tr.get_range(begin, end, limit=limit))
+    count = 0
+    for key, value in batch:
+        tr.clear(key)
+        seq = keys.ACTIVITY.unpack(key)[1]
+        job_id = value.decode()
+        row = rows.get(tr, type, job_id)
+        if row is None or row.lock is None or row.seq != seq:
+            continue  # an activity key its job no longer points at: just drop it
+        rows.make_pending(tr, type, job_id, row.stime, row.data)
+        count += 1
+    return count, len(batch) == limit

@@ -1,0 +1,134 @@
+"""The activity monitor: re-enqueues running jobs whose workers stopped calling ``update``.
+
+Per type, it samples the type's last-activity versionstamp every fraction of the type
+timeout T, remembering when (on its own monotonic clock) it took each sample.  A running
+job whose activity key is at or before a sample taken at least T ago has not been updated
+for at least T, whatever the clocks of the workers' machines say; it is made pending again
+(lock dropped, scheduled time and data kept) and its old worker gets ``Halt``.  With
+samples every T/4 a job is re-enqueued between T and about 1.5 T after its last update
+(couch_jobs' single remembered stamp gives T to 2 T).  Several monitors over one store are
+harmless: re-enqueueing is a transaction that re-checks each job's lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import anyio
+import anyio.to_thread
+
+import jobs
+from jobs import activity
+from jobs.engine import error_code, is_retryable
+
+from .batching import AdaptiveBatch, jittered
+
+CHECKS_PER_TIMEOUT = 4
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 5.0
+IDLE_INTERVAL = 1.0  # when no type has a timeout
+TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
+
+
+class ActivityMonitor:
+    """Watches every type that has a timeout (or only ``types``) in store ``db``.
+
+    ``start()``/``stop()`` run it on a daemon thread; ``await monitor.serve()`` runs it in
+    an anyio task; ``check()`` runs one pass (for tests and tools)."""
+
+    def __init__(self, db, types: list[str] | None = None):
+        self.db = db
+        self.types = None if types is None else list(types)
+        self.reenqueued = 0  # jobs this monitor made pending again, in all
+        self._batch = AdaptiveBatch()
+        # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
+        self._samples: dict[str, tuple[float, collections.deque]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- one pass ------------------------------------------------------------------------
+
+    def check(self) -> int:
+        """Sample every type and re-enqueue what is overdue; returns how many jobs."""
+        types = self.types if self.types is not None else jobs.get_types(self.db)
+        timeouts = {t: jobs.get_type_timeout(self.db, t) for t in types}
+        for gone in set(self._samples) - {t for t, v in timeouts.items() if v is not None}:
+            del self._samples[gone]
+        total = 0
+        for type, timeout in timeouts.items():
+            if timeout is not None:
+                total += self._check_type(type, timeout)
+        self.reenqueued += total
+        return total
+
+    def _check_type(self, type: str, timeout: float) -> int:
+        known = self._samples.get(type)
+        if known is None or known[0] != timeout:  # new type or new timeout: start over
+            known = self._samples[type] = (timeout, collections.deque())
+        samples = known[1]
+        stamp = jobs.transactional(lambda tr: activity.last_activity(tr, type))(self.db)
+        now = time.monotonic()
+        if stamp is not None and (not samples or samples[-1][1] != stamp):
+            samples.append((now, stamp))
+        due = None
+        while samples and now - samples[0][0] >= timeout:
+            due = samples.popleft()[1]
+        # every job at or before ``due`` is re-enqueued now (later updates stamp later)
+        return 0 if due is None else self._reenqueue(type, due)
+
+    def _reenqueue(self, type: str, up_to: bytes) -> int:
+        total = 0
+        while True:
+            tr = self.db.create_transaction()
+            tr.options.set_timeout(TRANSACTION_TIMEOUT_MS)
+            try:
+                count, more = activity.reenqueue_inactive(tr, type, up_to, self._batch.size)
+                tr.commit().wait()
+            except Exception as exc:  # noqa: BLE001 - sorted by FDB code just below
+                if error_code(exc) is None:
+                    raise
+                if self._batch.too_big(exc):
+                    continue
+                if is_retryable(exc):
+                    tr.on_error(exc).wait()
+                    continue
+                raise
+            total += count
+            if not more:
+                return total
+            self._batch.full()
+
+    def interval(self) -> float:
+        """Seconds between passes: a fraction of the shortest type timeout."""
+        timeouts = [t for t, _s in self._samples.values()]
+        if not timeouts:
+            return IDLE_INTERVAL
+        return min(MAX_INTERVAL, max(MIN_INTERVAL, min(timeouts) / CHECKS_PER_TIMEOUT))
+
+    # --- running it ----------------------------------------------------------------------
+
+    def start(self) -> "ActivityMonitor":
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="jobs-activity-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = 10) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.check()
+            self._stop.wait(jittered(self.interval()))
+
+    async def serve(self) -> None:
+        """Run until cancelled (anyio: asyncio or trio)."""
+        while True:
+            await anyio.to_thread.run_sync(self.check)
+            await anyio.sleep(jittered(self.interval()))

@@ -1,0 +1,40 @@
+"""Background-loop mechanics shared by the monitor's loops: an adaptive batch size and a
+jitter helper (couch_jobs copied these per module and they drifted; here they live once)."""
+
+from __future__ import annotations
+
+import random
+
+from jobs.engine import error_code
+from jobs.engine.errors import TRANSACTION_TIMED_OUT, TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD
+
+# Errors that mean "this batch was too big for one transaction" (10 MB, 5 s).
+TOO_BIG = frozenset({TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD, TRANSACTION_TIMED_OUT})
+
+
+class AdaptiveBatch:
+    """Batch size that grows while batches come back full and halves when a transaction
+    was too large or too slow (AIMD), so that a million stale jobs neither blow FDB's
+    limits nor take a million transactions."""
+
+    def __init__(self, initial: int = 100, minimum: int = 1, maximum: int = 10_000, step: int = 100):
+        self.size = initial
+        self.minimum, self.maximum, self.step = minimum, maximum, step
+
+    def full(self) -> None:
+        self.size = min(self.maximum, self.size + self.step)
+
+    def too_big(self, exc: BaseException) -> bool:
+        """Halve after an error that a smaller batch avoids; False for any other error."""
+        if error_code(exc) not in TOO_BIG:
+            return False
+        if self.size <= self.minimum:
+            return False
+        self.size = max(self.minimum, self.size // 2)
+        return True
+
+
+def jittered(seconds: float, fraction: float = 0.1) -> float:
+    """``seconds`` plus up to ``fraction`` of it at random, so monitors started together
+    don't act in lockstep."""
+    return seconds * (1 + random.uniform(0, fraction))

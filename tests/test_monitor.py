@@ -1,0 +1,165 @@
+"""The activity monitor: jobs of workers that stop updating become pending again, their
+old workers get Halt, and jobs that keep updating are left alone.  Waits are on
+conditions with generous deadlines; nothing here asserts how fast."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anyio
+import pytest
+
+import jobs
+from jobs.engine import FDBError
+from monitor import ActivityMonitor
+from monitor.batching import AdaptiveBatch, jittered
+
+DEADLINE = 60
+
+
+def wait_until(predicate, deadline: float = DEADLINE) -> bool:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_enqueue_inactive(db):
+    """couch_jobs' enqueue_inactive: type timeout 2 s, the worker stops updating."""
+    jobs.set_type_timeout(db, "t", 2)
+    jobs.add(db, "t", "j", {"n": 1}, scheduled_time=5)
+    job = jobs.accept(db, "t", max_sched_time=10, timeout=0)
+    job = jobs.update(db, job, {"n": 2})
+    monitor = ActivityMonitor(db).start()
+    try:
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "j") == "pending")
+    finally:
+        monitor.stop()
+    info = jobs.get_job(db, "t", "j")
+    assert info.data == {"n": 2} and info.scheduled_time == 5  # last data and time kept
+    assert jobs.get_active_jobs_ids(db, "t") == []
+    with pytest.raises(jobs.Halt):
+        jobs.update(db, job)
+    with pytest.raises(jobs.Halt):
+        jobs.finish(db, job, {"late": True})
+    assert jobs.get_job_data(db, "t", "j") == {"n": 2}
+    assert jobs.accept(db, "t", max_sched_time=10, timeout=0).id == "j"
+
+
+def test_updating_job_is_left_running(db):
+    jobs.set_type_timeout(db, "t", 2)
+    jobs.add(db, "t", "busy")
+    jobs.add(db, "t", "idle")
+    busy = jobs.accept(db, "t", timeout=0)
+    idle = jobs.accept(db, "t", timeout=0)
+    if busy.id != "busy":
+        busy, idle = idle, busy
+    stop = threading.Event()
+
+    def heartbeat():
+        nonlocal busy
+        while not stop.is_set():
+            busy = jobs.update(db, busy)
+            stop.wait(0.05)
+
+    beater = threading.Thread(target=heartbeat)
+    beater.start()
+    monitor = ActivityMonitor(db).start()
+    try:
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "idle") == "pending")
+        # the idle job was re-enqueued after >= 2 s of silence; the busy one, updated
+        # every 50 ms all along, must still be running
+        assert jobs.get_job_state(db, "t", "busy") == "running"
+    finally:
+        stop.set()
+        beater.join()
+        monitor.stop()
+    jobs.finish(db, busy)
+    assert jobs.get_job_state(db, "t", "busy") == "finished"
+
+
+def test_many_stale_jobs_in_growing_batches(db):
+    jobs.set_type_timeout(db, "t", 1)
+
+    @jobs.transactional
+    def add_all(tr):
+        for i in range(300):
+            jobs.add(tr, "t", f"j{i:03d}")
+
+    add_all(db)
+    held = [jobs.accept(db, "t", timeout=0) for _ in range(300)]
+    assert None not in held
+    monitor = ActivityMonitor(db)
+    monitor._batch = AdaptiveBatch(initial=7, step=7)
+    assert wait_until(lambda: monitor.check() >= 0 and jobs.pending_count(db, "t") == 300)
+    assert monitor.reenqueued == 300
+    assert monitor._batch.size > 7  # grew while batches came back full
+    assert jobs.get_active_jobs_ids(db, "t") == []
+
+
+def test_two_monitors_are_harmless(db):
+    jobs.set_type_timeout(db, "t", 1)
+    for i in range(20):
+        jobs.add(db, "t", f"j{i}")
+    for _ in range(20):
+        jobs.accept(db, "t", timeout=0)
+    monitors = [ActivityMonitor(db).start(), ActivityMonitor(db).start()]
+    try:
+        assert wait_until(lambda: jobs.pending_count(db, "t") == 20)
+    finally:
+        for m in monitors:
+            m.stop()
+    assert sum(m.reenqueued for m in monitors) == 20  # each job re-enqueued once
+    assert jobs.get_active_jobs_ids(db, "t") == []
+
+
+def test_monitor_types_filter_and_no_timeout(db):
+    jobs.set_type_timeout(db, "watched", 1)
+    jobs.set_type_timeout(db, "other", 1)
+    jobs.add(db, "watched", "a")
+    jobs.add(db, "other", "b")
+    jobs.accept(db, "watched", timeout=0)
+    jobs.accept(db, "other", timeout=0)
+    monitor = ActivityMonitor(db, types=["watched", "missing"]).start()
+    try:
+        assert wait_until(lambda: jobs.get_job_state(db, "watched", "a") == "pending")
+    finally:
+        monitor.stop()
+    assert jobs.get_job_state(db, "other", "b") == "running"
+
+
+def test_serve_under_anyio(db):
+    jobs.set_type_timeout(db, "t", 1)
+    jobs.add(db, "t", "j")
+    jobs.accept(db, "t", timeout=0)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ActivityMonitor(db).serve)
+            with anyio.fail_after(DEADLINE):
+                while await anyio.to_thread.run_sync(jobs.get_job_state, db, "t", "j") != "pending":
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+
+
+def test_adaptive_batch():
+    batch = AdaptiveBatch(initial=100, minimum=1, maximum=250, step=100)
+    batch.full()
+    batch.full()
+    assert batch.size == 250  # capped
+    assert batch.too_big(FDBError(2101)) and batch.size == 125
+    assert batch.too_big(FDBError(1007)) and batch.size == 62
+    assert not batch.too_big(FDBError(1020)) and batch.size == 62  # not a size problem
+    assert not batch.too_big(ValueError()) and batch.size == 62
+    tiny = AdaptiveBatch(initial=1)
+    assert not tiny.too_big(FDBError(2101))  # nothing smaller to try: the caller raises
+
+
+def test_jittered_stays_within_fraction():
+    for _ in range(100):
+        assert 1.0 <= jittered(1.0, 0.1) <= 1.1
