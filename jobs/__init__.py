@@ -11,6 +11,7 @@ See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data m
 to pending at once (a worker shutting down).
 """
 
+from .subscriptions import subscribe, unsubscribe, wait
 from .api import (
     accept,
     add,
@@ -49,6 +50,9 @@ from .job import Job, JobInfo
 __all__ = [
     # the pinned API
     "set_type_timeout",
+    "subscribe",
+    "unsubscribe",
+    "wait",
     "get_type_timeout",
     "clear_type_timeout",
     "add",

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import anyio
 import anyio.lowlevel
 from anyio.lowlevel import RunVar
 import anyio.to_thread
 
-from . import api
+from . import api, checks, subscriptions
 from .accepting import AcceptCall
 from .errors import Halt
 from .job import Job
@@ -45,7 +46,10 @@ __all__ = [
     "remove",
     "resubmit",
     "set_type_timeout",
+    "subscribe",
+    "unsubscribe",
     "update",
+    "wait",
 ]
 
 # Threads blocked on a pending watch: one per waiting accept, not bounded by the default
@@ -89,6 +93,28 @@ finish = _twin(api.finish)
 resubmit = _twin(api.resubmit)
 release = _twin(api.release)
 is_resubmitted = api.is_resubmitted  # no I/O: the same function
+subscribe = _twin(subscriptions.subscribe)
+unsubscribe = subscriptions.unsubscribe  # no I/O: the same function
+WAIT_SLICE = 0.25  # longest thread wait of aio.wait, so a cancelled task stops soon
+
+
+async def wait(subs, timeout: float | None, state: str | None = None):
+    """Async :func:`jobs.wait`: waits in short thread slices (never abandoning a thread that
+    may have taken an event), cancellable between slices."""
+    timeout = checks.optional_seconds(timeout, "timeout")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = WAIT_SLICE if deadline is None else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
+        with anyio.CancelScope(shield=True):
+            event = await anyio.to_thread.run_sync(subscriptions.wait, subs, left, state, limiter=_waiters())
+        if event is not None:
+            return event
+        await anyio.lowlevel.checkpoint()
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        many = subs if isinstance(subs, (list, tuple)) else [subs]
+        if all(not s.active and not s._events for s in many):
+            return None
 
 
 async def accept(
