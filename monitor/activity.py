@@ -22,6 +22,7 @@ import anyio.to_thread
 import jobs
 from jobs import activity
 from jobs.engine import error_code, is_retryable
+from jobs.engine.transactional import run
 
 from .batching import AdaptiveBatch, jittered
 
@@ -67,7 +68,7 @@ class ActivityMonitor:
         if known is None or known[0] != timeout:  # new type or new timeout: start over
             known = self._samples[type] = (timeout, collections.deque())
         samples = known[1]
-        stamp = jobs.transactional(lambda tr: activity.last_activity(tr, type))(self.db)
+        stamp = run(self.db, activity.last_activity, type)
         now = time.monotonic()
         if stamp is not None and (not samples or samples[-1][1] != stamp):
             samples.append((now, stamp))
