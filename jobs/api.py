@@ -358,14 +358,15 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
             if row.state == "pending":
                 pending.remove(tr, job.type, row.stime, job.id)
             rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
-        return row.state
+        return row
 
-    state = _in(tr, body)
+    row = _in(tr, body)
     if isinstance(job, JobInfo):
         return job
-    if state == "running":  # the data was not changed
+    if row.state == "running":  # the data was not changed
         return replace(job, resubmitted=True)
-    return replace(job, resubmitted=False, data=job.data if data is None else data)
+    # The data the job will run with: the stored data (a finished job's result) unless given.
+    return replace(job, resubmitted=False, data=decode_data(row.data) if data is None else data)
 
 
 def is_resubmitted(job: Job) -> bool:

@@ -1,8 +1,17 @@
-"""Shared fixtures of the job-layer tests (add fixtures here; don't change existing ones).
+"""Shared fixtures of the job-layer tests.
 
-``db``: a fresh store on each engine: ``embedded`` (a file in tmp_path), ``memory`` and,
-when ``FDB_CLUSTER_FILE`` is set, ``fdb``.  On ``fdb`` the job layer's whole ``("jobs",)``
-prefix is cleared before and after each test: point it at a test cluster only.
+``db``: a fresh store, opened with ``jobs.open``, on each engine:
+
+* ``embedded``: the embedded engine on a file in ``tmp_path`` (``sqlite:PATH``);
+* ``memory``: the embedded engine on a private store (``memory:``);
+* ``fdb``: a real FoundationDB cluster, only when ``FDB_CLUSTER_FILE`` is set (skipped
+  otherwise).  The job layer's whole ``("jobs",)`` tuple prefix is cleared before and after
+  each test: point it at a test cluster only.
+
+The store is closed after the test.  ``app``: a subspace for the application's own keys
+(tests that write them next to job calls in one transaction), cleared like the job layer's
+prefix on ``fdb``.  ``tests/engine/conftest.py`` has fixtures of its own
+(its ``db`` overrides this one for the engine tests).
 """
 
 from __future__ import annotations
@@ -11,39 +20,79 @@ import os
 
 import pytest
 
-from jobs.engine.urls import open_database
+import jobs
 
 JOB_ENGINES = ["embedded", "memory", "fdb"]
+APP_PREFIX = ("jobs-tests-app",)  # the application's own keys in composition tests
+FDB_SKIP_REASON = "fdb engine: FDB_CLUSTER_FILE is not set (point it at a test cluster's cluster file)"
 
 
 def _clear_jobs_prefix(db) -> None:
-    from jobs import keys
+    from jobs.engine import tuple as fdb_tuple
 
-    r = keys.ROOT.range()
+    r = fdb_tuple.range(("jobs",))
     db.clear_range(r.start, r.stop)
+
+
+def store_url(name: str, tmp_path) -> str:
+    """The URL ``jobs.open`` gets for engine ``name`` (skips ``fdb`` without a cluster)."""
+    if name == "embedded":
+        return "sqlite:" + str(tmp_path / "jobs.sqlite")
+    if name == "memory":
+        return "memory:"
+    cluster_file = os.environ.get("FDB_CLUSTER_FILE")
+    if not cluster_file:
+        pytest.skip(FDB_SKIP_REASON)
+    return "fdb:" + cluster_file
 
 
 @pytest.fixture(params=JOB_ENGINES)
 def db(request, tmp_path):
     """A database with no jobs, on each engine."""
     name = request.param
-    if name == "embedded":
-        url = "sqlite:" + str(tmp_path / "jobs.sqlite")
-    elif name == "memory":
-        url = "memory:"
-    else:
-        cluster_file = os.environ.get("FDB_CLUSTER_FILE")
-        if not cluster_file:
-            pytest.skip("fdb engine: FDB_CLUSTER_FILE is not set")
-        url = "fdb:" + cluster_file
-    database = open_database(url)
-    if name == "fdb":
-        _clear_jobs_prefix(database)
+    database = jobs.open(store_url(name, tmp_path))
     try:
-        yield database
-    finally:
         if name == "fdb":
             _clear_jobs_prefix(database)
-        close = getattr(database, "close", None)
-        if close is not None:
-            close()
+        yield database
+    finally:
+        try:
+            if name == "fdb":
+                _clear_jobs_prefix(database)
+        finally:
+            close = getattr(database, "close", None)
+            if close is not None:
+                close()
+
+
+@pytest.fixture
+def engine_name(request, db) -> str:
+    """Name of the engine ``db`` runs on ("embedded", "memory" or "fdb")."""
+    return request.node.callspec.params["db"]
+
+
+@pytest.fixture
+def commit_version(db):
+    """A function returning the embedded store's commit counter (bumped by every writing
+    commit and only by those), or None on an engine that has none (``fdb``): tests use it
+    to prove that a call wrote nothing, and skip that assertion when it returns None."""
+    counter = getattr(db, "commit_version", None)
+
+    def version():
+        return None if counter is None else counter()
+
+    return version
+
+
+@pytest.fixture
+def app(db, engine_name):
+    """Subspace of the application's own keys, empty at the start of the test."""
+    from jobs.engine import Subspace
+
+    space = Subspace(APP_PREFIX)
+    r = space.range()
+    if engine_name == "fdb":
+        db.clear_range(r.start, r.stop)
+    yield space
+    if engine_name == "fdb":
+        db.clear_range(r.start, r.stop)

@@ -447,6 +447,19 @@ REGRESSIONS = {
         ("finish", dict(pick=0, data=None)),
         ("finish_with_application_write", dict(pick=0, data=None)),
     ],
+    # A's finish re-enqueued the job (it was flagged to run again) and B accepted it:
+    # A's Job is stale, a repeated finish with it must raise Halt.
+    "stale_finish_after_resubmit_and_reaccept": [
+        ("set_type_timeout", dict(type="beta", seconds=60)),
+        ("add", dict(type="beta", job_id="j0", data=None, stime=0)),
+        ("accept", dict(type="beta", max_sched_time=None, no_schedule=False)),
+        ("resubmit_job", dict(pick=0, stime=None, data=None)),
+        ("finish", dict(pick=0, data=None)),
+        ("finish", dict(pick=0, data=None)),
+        ("accept", dict(type="beta", max_sched_time=None, no_schedule=False)),
+        ("finish", dict(pick=0, data=None)),
+        ("finish_with_application_write", dict(pick=0, data=None)),
+    ],
     # The same once the job was only re-enqueued (add after finish), not yet re-accepted.
     "stale_finish_after_readd": [
         ("set_type_timeout", dict(type="alpha", seconds=60)),
