@@ -15,16 +15,7 @@ from jobs.engine import FDBError
 from monitor import ActivityMonitor
 from monitor.batching import AdaptiveBatch, jittered
 
-DEADLINE = 60
-
-
-def wait_until(predicate, deadline: float = DEADLINE) -> bool:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+from waiting import DEADLINE, wait_until
 
 
 def test_enqueue_inactive(db):

@@ -1,0 +1,129 @@
+"""Task behaviors (the Polaris seed): how a handler's outcome becomes the job's next state.
+
+The bookkeeping of a task lives in its job data, under one reserved key, so that it is
+visible to ``jobs show`` and survives the worker::
+
+    {...params...,
+     "_task": {"attempts": 2,                       # failed attempts of the current run
+               "last_error": {"type", "message", "traceback", "at"},
+               "failed": true,                      # finished after its last attempt
+               "runs": 5, "last_run": 1.7e9,        # recurring jobs only
+               "last_result": {...}}}
+
+Handlers see the params without ``_task`` (``ctx.data``).  A handler's result replaces the
+data when the job finishes; a result may not use the reserved key.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import traceback
+from dataclasses import dataclass
+
+TASK_KEY = "_task"
+TRACEBACK_LIMIT = 4000  # characters of traceback kept in the job data (the value limit is 100 kB)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry policy of a job type: up to ``max_attempts`` runs in all; after failed attempt
+    n the job waits ``backoff * 2**(n-1)`` seconds (at most ``max_backoff``), with up to
+    ``jitter`` of it taken off at random so that failed jobs don't come back in lockstep."""
+
+    max_attempts: int = 1
+    backoff: float = 1.0
+    max_backoff: float = 300.0
+    jitter: float = 0.5
+
+    def __post_init__(self):
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
+            raise ValueError(f"Retry.max_attempts must be an int >= 1, not {self.max_attempts!r}")
+        for name in ("backoff", "max_backoff"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"Retry.{name} must be a finite number of seconds >= 0, not {value!r}")
+        if not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter <= 1:
+            raise ValueError(f"Retry.jitter must be between 0 and 1, not {self.jitter!r}")
+
+    def delay(self, attempts: int) -> float:
+        """Seconds to wait after the ``attempts``-th failed attempt."""
+        base = min(self.max_backoff, self.backoff * 2 ** min(attempts - 1, 64))
+        return base * (1 - self.jitter * random.random())
+
+
+def as_retry(value) -> Retry:
+    """``retry=`` of a handler: a Retry, an int (max attempts, default backoff) or None."""
+    if value is None:
+        return Retry()
+    if isinstance(value, Retry):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Retry(max_attempts=value)
+    raise TypeError(f"retry must be a processors.Retry or an int (max attempts), not {type(value).__name__}")
+
+
+def split(data: dict) -> tuple[dict, dict]:
+    """(params, bookkeeping) of a job's data."""
+    task = data.get(TASK_KEY)
+    if not isinstance(task, dict):
+        return data, {}
+    return {k: v for k, v in data.items() if k != TASK_KEY}, task
+
+
+def error_info(exc: BaseException) -> dict:
+    """A JSON record of a handler's exception."""
+    tb = "".join(traceback.format_exception(exc))
+    return {
+        "type": type(exc).__qualname__,
+        "message": str(exc)[:TRACEBACK_LIMIT],
+        "traceback": tb[-TRACEBACK_LIMIT:],
+        "at": time.time(),
+    }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to write for a run that ended: finish with ``data``, and make the job pending
+    again at ``again_at`` (None: it stays finished)."""
+
+    data: dict | None
+    again_at: float | None = None
+
+
+def after_success(data: dict, result: dict | None, every: float | None) -> Outcome:
+    """A run returned ``result``: it becomes the job's data (None keeps the data); a
+    recurring job keeps its params, with the result noted, and runs again ``every`` s on."""
+    if every is None:
+        return Outcome(result)
+    params, task = split(data)
+    return Outcome(_recurring(params, task, {"last_result": result}), time.time() + every)
+
+
+def after_failure(data: dict, exc: BaseException, retry: Retry, every: float | None) -> Outcome:
+    """A run raised ``exc``: retried after a backoff while attempts are left; else finished
+    with the error recorded (a recurring job runs again at its next time instead)."""
+    params, task = split(data)
+    attempts = int(task.get("attempts", 0)) + 1
+    error = error_info(exc)
+    if attempts < retry.max_attempts:
+        task = {**task, "attempts": attempts, "last_error": error}
+        return Outcome({**params, TASK_KEY: task}, time.time() + retry.delay(attempts))
+    if every is not None:
+        return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), time.time() + every)
+    return Outcome({**params, TASK_KEY: {**task, "attempts": attempts, "last_error": error, "failed": True}})
+
+
+def _recurring(params: dict, task: dict, outcome: dict) -> dict:
+    """Params of the next run of a recurring job, with this run noted (attempts reset)."""
+    runs = int(task.get("runs", 0)) + 1
+    return {**params, TASK_KEY: {"runs": runs, "last_run": time.time(), **outcome}}
+
+
+def failed(data: dict) -> dict | None:
+    """The error a finished job's data records as final, or None if it succeeded."""
+    _params, task = split(data)
+    if task.get("failed"):
+        return task.get("last_error") or {"type": "Error", "message": "failed"}
+    return None

@@ -1,0 +1,129 @@
+"""``submit(db, type, params)``: enqueue a task and get a future of its result.
+
+Client-only: submitting starts no worker machinery (no accept loop, no monitor); the
+future follows the job through one subscription (one notifier watch per type per process,
+however many futures).  A processor somewhere runs the job; its handler's result resolves
+the future, or ``TaskFailed`` once the job finished after its last attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+
+import anyio
+import orjson
+
+import jobs
+import jobs.aio
+from jobs import checks
+from jobs.engine.transactional import run
+
+from . import behaviors
+from .errors import TaskFailed
+
+
+def task_id(type: str, params: dict | None) -> str:
+    """A deterministic job id for ``params`` of ``type``: the same task always gets the
+    same id, so a unique task can't be enqueued twice (key order does not matter)."""
+    checks.name(type, "type")
+    canonical = orjson.dumps(params or {}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(type.encode() + b"\0" + canonical).hexdigest()[:32]
+
+
+def submit(db, type: str, params: dict | None = None, *, job_id: str | None = None, unique: bool = False,
+           at: float = 0) -> "TaskFuture":
+    """Enqueue a task of ``type`` with ``params`` (a JSON object) to run at ``at`` (seconds
+    since the epoch; 0: now), and return its TaskFuture.
+
+    ``job_id``: the id to use (default: a random one); ``unique=True`` derives it from the
+    params (:func:`task_id`).  With an explicit or unique id, a task of that id that is
+    still pending or running is joined, not enqueued again; a finished one runs again with
+    the new params.  Raises NoTypeTimeout until some processor (or ``jobs set-timeout``)
+    set the type's timeout; JobDataError for params that are not a JSON object."""
+    if job_id is not None and unique:
+        raise ValueError("submit() takes job_id or unique=True, not both")
+    params = {} if params is None else params
+    if isinstance(params, dict) and behaviors.TASK_KEY in params:
+        raise ValueError(f"params may not use the reserved key {behaviors.TASK_KEY!r}")
+    if unique:
+        job_id = task_id(type, params)
+    given = job_id is not None
+    job_id = uuid.uuid4().hex if job_id is None else job_id
+
+    def body(tr):
+        if given:
+            try:
+                if jobs.get_job_state(tr, type, job_id) in ("pending", "running"):
+                    return  # join the task in flight
+            except jobs.NotFound:
+                pass
+        jobs.add(tr, type, job_id, params, scheduled_time=at)
+
+    run(db, body)
+    return TaskFuture(db, type, job_id)
+
+
+async def asubmit(db, type: str, params: dict | None = None, **kwargs) -> "TaskFuture":
+    """Async :func:`submit` (the enqueueing runs in a worker thread)."""
+    return await anyio.to_thread.run_sync(lambda: submit(db, type, params, **kwargs))
+
+
+class TaskFuture:
+    """The outcome of one submitted task: ``result(timeout)`` blocks, ``await future``
+    waits in anyio code.  Both return the handler's result (the finished job's data) or
+    raise TaskFailed (error after the last attempt) or NotFound (the job was removed)."""
+
+    def __init__(self, db, type: str, job_id: str):
+        self.db, self.type, self.job_id = db, type, job_id
+        self._sub = jobs.subscribe(db, type, job_id)
+
+    def done(self) -> bool:
+        """The task ended (its outcome is known), or this future stopped following it."""
+        return not self._sub.active
+
+    def _outcome(self, state: str, data: dict | None) -> dict:
+        if state == "not_found":
+            raise jobs.NotFound(f"task {self.type}/{self.job_id} was removed before it finished")
+        if state != "finished":  # the subscription ended early: cancel(), or a closed store
+            raise jobs.JobsError(f"task {self.type}/{self.job_id} is no longer followed (last seen {state})")
+        error = behaviors.failed(data or {})
+        if error is not None:
+            raise TaskFailed(self.type, self.job_id, error)
+        return data
+
+    def _left(self, deadline: float | None, timeout) -> float | None:
+        if deadline is None:
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"task {self.type}/{self.job_id} did not finish within {timeout} s")
+        return left
+
+    def _deadline(self, timeout) -> float | None:
+        return None if timeout is None else time.monotonic() + checks.seconds(timeout, "timeout")
+
+    def result(self, timeout: float | None = None) -> dict:
+        """Block until the task ends (``timeout`` seconds at most: TimeoutError)."""
+        deadline = self._deadline(timeout)
+        while self._sub.active:
+            jobs.wait(self._sub, self._left(deadline, timeout), state="finished")
+        return self._outcome(self._sub.state, self._sub.data)
+
+    async def aresult(self, timeout: float | None = None) -> dict:
+        """Async :meth:`result` (cancellable)."""
+        deadline = self._deadline(timeout)
+        while self._sub.active:
+            await jobs.aio.wait(self._sub, self._left(deadline, timeout), state="finished")
+        return self._outcome(self._sub.state, self._sub.data)
+
+    def __await__(self):
+        return self.aresult().__await__()
+
+    def cancel(self) -> None:
+        """Stop following the task (the task itself still runs)."""
+        jobs.unsubscribe(self._sub)
+
+    def __repr__(self) -> str:
+        return f"<TaskFuture {self.type}/{self.job_id} {self._sub.state}>"

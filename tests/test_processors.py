@@ -1,0 +1,498 @@
+"""Processors: the worker loop (accept, heartbeat, finish; Halt; shutdown) and the task
+behaviors (retry, recurring, unique ids, submit futures).
+
+Each test runs a Processor on a thread (signals off) over the ``db`` fixture's store and
+waits on conditions with generous deadlines; no test asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import anyio
+import pytest
+
+import jobs
+import processors
+from processors import Processor, Retry, TaskFailed
+from processors.behaviors import TASK_KEY
+from waiting import DEADLINE, wait_until
+
+
+@contextlib.contextmanager
+def running(processor: Processor, concurrency: int = 2):
+    """Run ``processor`` on a thread for the block; stop it and check it ended."""
+    errors = []
+
+    def main():
+        try:
+            processor.run(concurrency=concurrency, signals=False)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: processor.ready.is_set() or not thread.is_alive()), "not started"
+        assert not errors, errors
+        yield thread
+    finally:
+        processor.stop()
+        thread.join(DEADLINE)
+        assert not thread.is_alive(), "the processor did not stop"
+        assert not errors, errors
+
+
+def state(db, type, job_id):
+    try:
+        return jobs.get_job_state(db, type, job_id)
+    except jobs.NotFound:
+        return "not_found"
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+
+def test_sync_and_async_handlers_finish_with_their_results(db):
+    p = Processor(db)
+
+    @p.handler("square", timeout=10)
+    def square(ctx):
+        return {"y": ctx.data["x"] ** 2}
+
+    @p.handler("double", timeout=10)
+    async def double(ctx):
+        await anyio.sleep(0)
+        return {"y": ctx.data["x"] * 2}
+
+    with running(p, concurrency=3):
+        squares = [p.submit("square", {"x": i}) for i in range(10)]
+        doubles = [p.submit("double", {"x": i}) for i in range(10)]
+        assert [f.result(DEADLINE)["y"] for f in squares] == [i * i for i in range(10)]
+        assert [f.result(DEADLINE)["y"] for f in doubles] == [2 * i for i in range(10)]
+    for f in squares:
+        assert jobs.get_job(db, "square", f.job_id).state == "finished"
+    assert p.stats["succeeded"] == 20 and p.stats["accepted"] == 20
+
+
+def test_handler_returning_none_keeps_the_data_and_update_records_progress(db):
+    p = Processor(db)
+    seen = threading.Event()
+    go = threading.Event()
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        ctx.update({**ctx.data, "progress": 50})
+        seen.set()
+        go.wait(DEADLINE)
+        return None
+
+    with running(p):
+        f = p.submit("t", {"x": 1})
+        assert seen.wait(DEADLINE)
+        assert jobs.get_job_data(db, "t", f.job_id) == {"x": 1, "progress": 50}
+        go.set()
+        assert f.result(DEADLINE) == {"x": 1, "progress": 50}
+
+
+def test_heartbeats_keep_a_long_job_alive_past_its_type_timeout(db):
+    """Type timeout 1 s, a job running for several timeouts: the processor's heartbeats
+    keep it, so the activity monitor (run by the processor) never re-enqueues it."""
+    p = Processor(db)
+    calls = []
+
+    @p.handler("slow", timeout=1)
+    def slow(ctx):
+        calls.append(ctx.job_id)
+        end = time.monotonic() + 3.5
+        while time.monotonic() < end:
+            ctx.check()
+            time.sleep(0.05)
+        return {"done": True}
+
+    with running(p):
+        f = p.submit("slow")
+        assert f.result(DEADLINE) == {"done": True}
+    assert calls == [f.job_id]  # ran once: never re-enqueued
+    assert p.stats["halted"] == 0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "cooperative"])
+def test_removed_job_halts_its_handler_and_nothing_more_is_written(db, kind):
+    p = Processor(db)
+    started = threading.Event()
+    stopped = threading.Event()
+    writes = []
+
+    if kind == "async":
+
+        @p.handler("t", timeout=1)
+        async def handler(ctx):
+            started.set()
+            try:
+                await anyio.sleep(DEADLINE)
+            finally:
+                stopped.set()
+            writes.append("too late")
+            return {"out": 1}
+
+    else:
+
+        @p.handler("t", timeout=1, interrupt=(kind == "sync"))
+        def handler(ctx):
+            started.set()
+            try:
+                while not (kind == "cooperative" and ctx.halted):
+                    time.sleep(0.01)
+            finally:
+                stopped.set()
+            writes.append("too late")
+            return {"out": 1}
+
+    with running(p):
+        jobs.add(db, "t", "j1", {"in": 1})
+        assert started.wait(DEADLINE)
+        jobs.remove(db, "t", "j1")
+        assert stopped.wait(DEADLINE), "the handler was not stopped"
+        assert wait_until(lambda: p.stats["halted"] == 1)
+        assert state(db, "t", "j1") == "not_found"
+    assert writes == ([] if kind != "cooperative" else ["too late"])
+    assert p.stats["succeeded"] == 0
+
+
+def test_a_halted_run_never_commits_its_result_even_if_the_job_came_back(db):
+    """The job is removed and re-added while a handler that ignores halts runs: its
+    result is not written; the new instance runs and finishes with its own result."""
+    p = Processor(db)
+    first = threading.Event()
+    release_first = threading.Event()
+    runs = []
+
+    @p.handler("t", timeout=1, interrupt=False)
+    def handler(ctx):
+        runs.append(ctx.data["n"])
+        if ctx.data["n"] == 1:
+            first.set()
+            release_first.wait(DEADLINE)
+        return {"by": ctx.data["n"]}
+
+    with running(p):
+        jobs.add(db, "t", "j", {"n": 1})
+        assert first.wait(DEADLINE)
+        jobs.remove(db, "t", "j")
+        jobs.add(db, "t", "j", {"n": 2})
+        assert wait_until(lambda: state(db, "t", "j") == "finished")
+        release_first.set()
+        assert wait_until(lambda: p.stats["halted"] == 1)
+    assert jobs.get_job_data(db, "t", "j") == {"by": 2}
+    assert runs == [1, 2]
+
+
+def test_one_worker_serves_several_types_and_future_jobs_when_due(db):
+    p = Processor(db)
+    done = []
+
+    @p.handler("a", timeout=10)
+    def a(ctx):
+        done.append(("a", ctx.job_id))
+
+    @p.handler("b", timeout=10)
+    async def b(ctx):
+        done.append(("b", ctx.job_id))
+
+    with running(p, concurrency=1):
+        jobs.add(db, "a", "later", {}, scheduled_time=time.time() + 0.5)
+        jobs.add(db, "b", "now", {})
+        assert wait_until(lambda: len(done) == 2)
+        assert done[0] == ("b", "now")
+        assert state(db, "a", "later") == "finished"
+
+
+# --- user code failing ------------------------------------------------------------------
+
+
+def test_retry_with_backoff_records_attempts_then_succeeds(db):
+    p = Processor(db)
+    attempts = []
+
+    @p.handler("flaky", timeout=10, retry=Retry(max_attempts=4, backoff=0.01, max_backoff=0.05))
+    def flaky(ctx):
+        attempts.append((ctx.attempt, (ctx.last_error or {}).get("message")))
+        if ctx.attempt < 3:
+            raise RuntimeError(f"boom {ctx.attempt}")
+        assert TASK_KEY not in ctx.data
+        return {"ok": True}
+
+    with running(p):
+        assert p.submit("flaky", {"x": 1}).result(DEADLINE) == {"ok": True}
+    assert attempts == [(1, None), (2, "boom 1"), (3, "boom 2")]
+    assert p.stats["retried"] == 2 and p.stats["succeeded"] == 1
+
+
+def test_last_failed_attempt_finishes_the_job_with_the_error(db):
+    p = Processor(db)
+
+    @p.handler("bad", timeout=10, retry=2)
+    async def bad(ctx):
+        raise ValueError("no good")
+
+    with running(p):
+        f = p.submit("bad", {"x": 1})
+        with pytest.raises(TaskFailed) as info:
+            f.result(DEADLINE)
+    assert info.value.error["type"] == "ValueError" and info.value.error["message"] == "no good"
+    data = jobs.get_job_data(db, "bad", f.job_id)
+    assert data["x"] == 1
+    assert data[TASK_KEY]["attempts"] == 2 and data[TASK_KEY]["failed"] is True
+    assert "ValueError: no good" in data[TASK_KEY]["last_error"]["traceback"]
+    assert jobs.get_job_state(db, "bad", f.job_id) == "finished"
+
+
+@pytest.mark.parametrize(
+    "result, problem",
+    [("a string", "TypeError"), ({"x": object()}, "JobDataError"), ({TASK_KEY: 1}, "ValueError")],
+)
+def test_a_bad_result_is_a_failure_not_a_stuck_job(db, result, problem):
+    p = Processor(db)
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        return result
+
+    with running(p):
+        with pytest.raises(TaskFailed) as info:
+            p.submit("t").result(DEADLINE)
+    assert info.value.error["type"] == problem
+
+
+def test_handler_exceptions_never_stop_the_loop(db):
+    p = Processor(db)
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        if ctx.data["i"] % 2:
+            raise KeyError("odd")
+        return {"i": ctx.data["i"]}
+
+    with running(p, concurrency=2):
+        futures = [p.submit("t", {"i": i}) for i in range(20)]
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append(f.result(DEADLINE)["i"])
+            except TaskFailed:
+                outcomes.append("failed")
+    assert outcomes == [i if i % 2 == 0 else "failed" for i in range(20)]
+    assert jobs.get_active_jobs_ids(db, "t") == []
+
+
+# --- recurring and unique tasks ---------------------------------------------------------
+
+
+def test_recurring_job_runs_again_after_each_run(db):
+    p = Processor(db)
+    runs = []
+
+    @p.handler("tick", timeout=10, every=0.05)
+    def tick(ctx):
+        runs.append(ctx.data)
+        return {"n": len(runs)}
+
+    with running(p):
+        jobs.add(db, "tick", "clock", {"cfg": 1})
+        assert wait_until(lambda: len(runs) >= 3)
+    assert all(r == {"cfg": 1} for r in runs)  # the params, run after run
+    data = jobs.get_job_data(db, "tick", "clock")
+    assert data["cfg"] == 1 and data[TASK_KEY]["runs"] >= 3
+    assert data[TASK_KEY]["last_result"]["n"] == data[TASK_KEY]["runs"]
+    assert jobs.get_job_state(db, "tick", "clock") in ("pending", "running")
+
+
+def test_unique_tasks_have_deterministic_ids_and_join_the_one_in_flight(db):
+    assert processors.task_id("t", {"a": 1, "b": 2}) == processors.task_id("t", {"b": 2, "a": 1})
+    assert processors.task_id("t", {"a": 1}) != processors.task_id("t", {"a": 2})
+    assert processors.task_id("t", {"a": 1}) != processors.task_id("u", {"a": 1})
+    jobs.set_type_timeout(db, "purge", 10)
+    f1 = processors.submit(db, "purge", {"table": "x"}, unique=True)
+    f2 = processors.submit(db, "purge", {"table": "x"}, unique=True)
+    assert f1.job_id == f2.job_id == processors.task_id("purge", {"table": "x"})
+    assert len(jobs.get_jobs(db, "purge")) == 1
+    p = Processor(db)
+
+    @p.handler("purge")
+    def purge(ctx):
+        return {"purged": ctx.data["table"]}
+
+    with running(p):
+        assert f1.result(DEADLINE) == f2.result(DEADLINE) == {"purged": "x"}
+        # finished: submitting again runs it again
+        f3 = processors.submit(db, "purge", {"table": "x"}, unique=True)
+        assert f3.job_id == f1.job_id and f3.result(DEADLINE) == {"purged": "x"}
+
+
+# --- submit, client only ----------------------------------------------------------------
+
+
+def test_submit_works_without_any_worker_machinery(db):
+    jobs.set_type_timeout(db, "t", 10)
+    f = processors.submit(db, "t", {"x": 3})
+    assert not f.done()
+    with pytest.raises(TimeoutError):
+        f.result(timeout=0.05)
+    assert jobs.get_job(db, "t", f.job_id).state == "pending"
+    assert threading.active_count() < 10  # no accept loop, no monitor: at most the notifier
+
+    p = Processor(db)
+
+    @p.handler("t")
+    def handler(ctx):
+        return {"y": ctx.data["x"] + 1}
+
+    with running(p):
+        assert f.result(DEADLINE) == {"y": 4}
+    assert f.done()
+
+
+def test_submit_future_is_awaitable(db):
+    p = Processor(db)
+
+    @p.handler("t", timeout=10)
+    async def handler(ctx):
+        return {"y": ctx.data["x"] * 10}
+
+    async def client():
+        f = await processors.asubmit(db, "t", {"x": 2})
+        return await f
+
+    with running(p):
+        assert anyio.run(client) == {"y": 20}
+
+
+def test_future_of_a_removed_task_raises_not_found(db):
+    jobs.set_type_timeout(db, "t", 10)
+    f = processors.submit(db, "t", {})
+    jobs.remove(db, "t", f.job_id)
+    with pytest.raises(jobs.NotFound):
+        f.result(DEADLINE)
+
+
+# --- shutdown ---------------------------------------------------------------------------
+
+
+def test_stop_lets_running_handlers_finish_within_the_grace_period(db):
+    p = Processor(db, grace=DEADLINE)
+    started = threading.Event()
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        started.set()
+        time.sleep(0.3)
+        return {"done": True}
+
+    with running(p):
+        jobs.add(db, "t", "j", {})
+        assert started.wait(DEADLINE)
+    assert jobs.get_job(db, "t", "j").state == "finished"
+    assert p.stats["released"] == 0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_stop_hands_unfinished_jobs_back_after_the_grace_period(db, kind):
+    p = Processor(db, grace=0.1)
+    started = threading.Event()
+    stopped = threading.Event()
+
+    if kind == "sync":
+
+        @p.handler("t", timeout=60)
+        def handler(ctx):
+            started.set()
+            try:
+                while True:
+                    time.sleep(0.01)
+            finally:
+                stopped.set()
+
+    else:
+
+        @p.handler("t", timeout=60)
+        async def handler(ctx):
+            started.set()
+            try:
+                await anyio.sleep(DEADLINE)
+            finally:
+                stopped.set()
+
+    with running(p):
+        jobs.add(db, "t", "j", {"keep": 1}, scheduled_time=5)
+        assert started.wait(DEADLINE)
+    # pending again at once (not after the 60 s type timeout), data and time kept
+    assert jobs.get_job(db, "t", "j") == jobs.JobInfo("t", "j", "pending", {"keep": 1}, 5.0)
+    assert stopped.wait(DEADLINE)
+    assert p.stats["released"] == 1
+
+
+def test_cancelling_serve_hands_jobs_back_at_once(db):
+    p = Processor(db, grace=DEADLINE)
+    seen = threading.Event()
+
+    @p.handler("t", timeout=60)
+    async def handler(ctx):
+        seen.set()
+        await anyio.sleep(DEADLINE)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(p.serve, 1)
+            await anyio.to_thread.run_sync(p.ready.wait, DEADLINE)
+            await anyio.to_thread.run_sync(jobs.add, db, "t", "j", {})
+            await anyio.to_thread.run_sync(seen.wait, DEADLINE)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert jobs.get_job_state(db, "t", "j") == "pending"
+
+
+# --- bad input --------------------------------------------------------------------------
+
+
+def test_registration_and_run_errors_are_clear(db):
+    p = Processor(db)
+    with pytest.raises(ValueError, match="no handlers"):
+        p.run(signals=False)
+
+    @p.handler("t", timeout=5)
+    def h(ctx):
+        pass
+
+    with pytest.raises(ValueError, match="already registered"):
+        p.handler("t")(h)
+    with pytest.raises(ValueError, match="timeout"):
+        p.handler("u", timeout=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        p.handler("u", timeout=0)
+    with pytest.raises(TypeError, match="retry"):
+        p.handler("u", retry="3")
+    with pytest.raises(ValueError, match="max_attempts"):
+        Retry(max_attempts=0)
+    with pytest.raises(ValueError, match="type"):
+        p.handler("")
+    with pytest.raises(ValueError, match="concurrency"):
+        p.run(concurrency=0, signals=False)
+    with pytest.raises(ValueError, match="reserved"):
+        processors.submit(db, "t", {TASK_KEY: 1})
+    with pytest.raises(ValueError, match="not both"):
+        processors.submit(db, "t", {}, job_id="x", unique=True)
+    with pytest.raises(jobs.NoTypeTimeout):
+        processors.submit(db, "no-timeout", {})
+
+    q = Processor(db)
+
+    @q.handler("no-timeout")
+    def g(ctx):
+        pass
+
+    with pytest.raises(jobs.NoTypeTimeout, match="set-timeout"):
+        q.run(signals=False)
