@@ -304,20 +304,22 @@ def update(tr, job: Job, data: dict | None = None) -> Job:
     return _in(tr, body)
 
 
-def finish(tr, job: Job, data: dict | None = None) -> None:
+def finish(tr, job: Job, data: dict | None = None) -> bool:
     """Finish a running job, with ``data`` as its final data (None keeps the current data).
     A job flagged for resubmission becomes pending again at its scheduled time.  Raises
     Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
     for a Job of another store, JobDataError for bad data.  Finishing again with the same
     Job, e.g. in a transaction retried after 1021, is a no-op while nobody changed the job
-    since (no re-add, resubmit, release or accept)."""
+    since (no re-add, resubmit, release or accept).  Returns True when this call finished
+    the job, False for such a repeat (so a caller's own writes in the same transaction can
+    be skipped too: they committed with the first finish)."""
     job = _job(job)
     raw = None if data is None else encode_data(data)
 
     def body(tr):
         row = _row_of(tr, job)
         if row is not None and row.last_lock == job.lock:
-            return  # this Job's finish already committed
+            return False  # this Job's finish already committed
         if row is None or row.lock != job.lock:
             raise _halt(job)
         rows.clear_activity(tr, job.type, row)
@@ -328,8 +330,9 @@ def finish(tr, job: Job, data: dict | None = None) -> None:
         else:
             rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock))
         rows.bump_activity(tr, job.type)
+        return True
 
-    _in(tr, body)
+    return _in(tr, body)
 
 
 def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: dict | None = None) -> Job | JobInfo:

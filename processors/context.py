@@ -31,6 +31,7 @@ class Run:
         self.next_beat = time.monotonic() + beat_every
         self.halted = threading.Event()  # lost the job (Halt) or handed it back (shutdown)
         self.lock = threading.Lock()  # serializes updates: handler vs heartbeat
+        self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
 
     def update(self, data: dict | None) -> None:
         """Heartbeat (data None) or progress: renew the job, or raise Halt once lost."""
@@ -96,6 +97,15 @@ class Context:
         self._run.update(data)
         if data is not None:
             self._run.params = data
+
+    def on_commit(self, fn) -> None:
+        """Run ``fn(tr)`` inside the transaction that finishes the job with the handler's
+        result: its writes commit with the finish, exactly once, and never once the job
+        was lost.  ``fn`` may run more than once if that transaction is retried (only the
+        last run commits), so it should only write through ``tr``."""
+        if not callable(fn):
+            raise TypeError("on_commit() takes a function of the transaction")
+        self._run.on_commit.append(fn)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.type}/{self.job_id} attempt={self.attempt}>"

@@ -46,6 +46,7 @@ import anyio.to_thread
 import jobs
 from jobs import Halt, checks
 from jobs.accepting import AcceptCall, Wait
+from jobs.engine import error_code
 from jobs.engine.transactional import run as run_transaction
 from monitor import ActivityMonitor
 
@@ -330,10 +331,11 @@ class Processor:
         else:
             outcome = self._failure(run, handler, error)
         try:
+            written = self._write(run, outcome, run.on_commit if error is None else ())
+        except (jobs.JobDataError, _HookFailed) as exc:  # bad result, or on_commit failed
+            error = exc.__cause__ if isinstance(exc, _HookFailed) else exc
+            outcome = self._failure(run, handler, error)
             written = self._write(run, outcome)
-        except jobs.JobDataError as exc:  # the result is not JSON or too large: a failure
-            written = self._write(run, self._failure(run, handler, exc))
-            error = exc
         if not written:
             self.stats["halted"] += 1
         elif error is None:
@@ -348,9 +350,10 @@ class Processor:
                     exc_info=(type(error), error, error.__traceback__))
         return behaviors.after_failure(run.job.data, error, handler.retry, handler.every)
 
-    def _write(self, run: Run, outcome: behaviors.Outcome) -> bool:
-        """Finish the job (and resubmit it for ``again_at``) in one transaction; False if
-        the job was lost meanwhile (nothing written)."""
+    def _write(self, run: Run, outcome: behaviors.Outcome, hooks: list = ()) -> bool:
+        """Finish the job (and resubmit it for ``again_at``) in one transaction, with the
+        handler's ``on_commit`` writes; False if the job was lost meanwhile (nothing
+        written)."""
         with run.lock:  # no heartbeat or hand-back in between
             if run.halted.is_set():
                 return False
@@ -359,7 +362,14 @@ class Processor:
             def body(tr):
                 if outcome.again_at is not None:  # finish then makes it pending at that time
                     jobs.resubmit(tr, job, scheduled_time=outcome.again_at)
-                jobs.finish(tr, job, outcome.data)
+                if jobs.finish(tr, job, outcome.data):  # False: committed already (1021)
+                    for fn in hooks:
+                        try:
+                            fn(tr)
+                        except Exception as exc:  # noqa: BLE001 - FDB errors pass, to be retried
+                            if error_code(exc) is not None:
+                                raise
+                            raise _HookFailed() from exc
 
             try:
                 run_transaction(self.db, body)
@@ -423,6 +433,10 @@ class Processor:
                 return False
             run.halted.set()
             return _release_quietly(self.db, run.job)
+
+
+class _HookFailed(Exception):
+    """An ``on_commit`` function raised (its cause): the run counts as failed."""
 
 
 class _Acceptor:

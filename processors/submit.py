@@ -18,10 +18,16 @@ import orjson
 import jobs
 import jobs.aio
 from jobs import checks
+from jobs.engine import Subspace
 from jobs.engine.transactional import run
 
 from . import behaviors
 from .errors import TaskFailed
+
+
+# ("processors", "submissions", type, job_id) -> nonce of the last submit that enqueued the
+# job under an explicit or unique id (16 bytes; one key per such id).
+SUBMISSIONS = Subspace(("processors", "submissions"))
 
 
 def task_id(type: str, params: dict | None) -> str:
@@ -51,15 +57,24 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
         job_id = task_id(type, params)
     given = job_id is not None
     job_id = uuid.uuid4().hex if job_id is None else job_id
+    mark = SUBMISSIONS.pack((type, job_id))
+    nonce = uuid.uuid4().bytes
 
     def body(tr):
-        if given:
-            try:
-                if jobs.get_job_state(tr, type, job_id) in ("pending", "running"):
-                    return  # join the task in flight
-            except jobs.NotFound:
-                pass
+        # A retry after commit_unknown_result (1021) must not enqueue a second run, even if
+        # the first already ran and finished meanwhile: the submission's nonce, written
+        # with the add, tells whether an earlier attempt committed.
+        if given and tr.get(mark).wait() == nonce:
+            return
+        try:
+            state = jobs.get_job_state(tr, type, job_id)
+        except jobs.NotFound:
+            state = None
+        if state is not None and (not given or state in ("pending", "running")):
+            return  # a fresh random id exists only if our add committed; else join the task
         jobs.add(tr, type, job_id, params, scheduled_time=at)
+        if given:
+            tr.set(mark, nonce)
 
     run(db, body)
     return TaskFuture(db, type, job_id)

@@ -496,3 +496,56 @@ def test_registration_and_run_errors_are_clear(db):
 
     with pytest.raises(jobs.NoTypeTimeout, match="set-timeout"):
         q.run(signals=False)
+
+
+# --- the handler's own writes, committed with the finish --------------------------------
+
+
+def _count_output(tr, space, job_id):
+    tr.add(space.pack((job_id,)), (1).to_bytes(8, "little"))
+
+
+def _outputs(db, space) -> dict:
+    r = space.range()
+    return {space.unpack(kv.key)[0]: int.from_bytes(kv.value, "little") for kv in db.get_range(r.start, r.stop)}
+
+
+@pytest.mark.parametrize("faulty", [False, True])
+def test_on_commit_writes_commit_with_the_finish_exactly_once(db, app, engine_name, faulty):
+    """With commits failing at random (1020, and 1021 after really committing or not),
+    each job's output counter ends at exactly 1: written with its finish, never twice."""
+    from jobs.engine.faults import FaultInjectingDatabase
+
+    if faulty and engine_name == "fdb":
+        pytest.skip("fault injection wraps the embedded engines here")
+    store = FaultInjectingDatabase(db, conflict=0.1, unknown_committed=0.15, unknown_not_committed=0.1, seed=7) \
+        if faulty else db
+    p = Processor(store)
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        ctx.on_commit(lambda tr: _count_output(tr, app, ctx.job_id))
+        return {"done": ctx.data["i"]}
+
+    with running(p, concurrency=3):
+        futures = [p.submit("t", {"i": i}, job_id=f"j{i:02}") for i in range(30)]
+        assert [f.result(DEADLINE)["done"] for f in futures] == list(range(30))
+    assert _outputs(db, app) == {f"j{i:02}": 1 for i in range(30)}
+
+
+def test_a_failing_on_commit_is_a_failed_run_and_writes_nothing(db, app):
+    p = Processor(db)
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        def write(tr):
+            _count_output(tr, app, ctx.job_id)
+            raise RuntimeError("output rejected")
+
+        ctx.on_commit(write)
+        return {"done": True}
+
+    with running(p):
+        with pytest.raises(TaskFailed, match="output rejected"):
+            p.submit("t").result(DEADLINE)
+    assert _outputs(db, app) == {}
