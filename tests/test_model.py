@@ -338,7 +338,10 @@ class JobModel(RuleBasedStateMachine):
         job = jobs.resubmit(db, h.job, scheduled_time=stime, data=data)
         before = self._resubmit(*key, stime, data)
         assert (job.type, job.id) == key
-        assert job.data == (h.job.data if data is None or before == "running" else data)
+        if before == "running":  # flagged only: the worker's Job keeps its data
+            assert job.data == h.job.data
+        else:  # the data it will run with: the given data, else the stored data
+            assert job.data == self.jobs[key].data
         assert jobs.is_resubmitted(job) == (before == "running")
         self.keep(job, h.token)
 

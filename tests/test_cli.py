@@ -1,0 +1,414 @@
+"""The ``jobs`` console script: every command in-process (``jobs.cli.main``) on a store file
+in tmp_path, human and ``--json`` output, the store chosen by ``--store`` or
+``$JOBS_STORE``, bad input (one ``jobs: error:`` line, no traceback), and the installed
+script end to end, ``worker`` included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+import pytest
+
+import jobs
+from jobs import cli, status
+from jobs.engine.urls import ENV_VAR
+from waiting import DEADLINE, wait_until
+
+JOBS_SCRIPT = Path(sys.executable).parent / "jobs"
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    """No $JOBS_STORE (restored after the test even if ``worker`` set it), the working
+    directory in tmp_path (where a default store would be created), sys.path restored."""
+    monkeypatch.setenv(ENV_VAR, "recorded-so-that-it-is-restored")
+    monkeypatch.delenv(ENV_VAR)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return "sqlite:" + str(tmp_path / "jobs.sqlite")
+
+
+@pytest.fixture
+def db(url):
+    database = jobs.open(url)
+    yield database
+    database.close()
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return orjson.loads(out)
+
+
+# --- help --------------------------------------------------------------------------------
+
+
+def test_help(capsys):
+    code, out, _ = run(capsys, "help")
+    assert code == 0
+    for name in ("add", "remove", "show", "list", "types", "set-timeout", "worker", "monitor", "status"):
+        assert name in out
+    assert run(capsys, "-h")[0] == 0
+    code, out, _ = run(capsys, "help", "add")
+    assert code == 0 and "--data" in out and "--at" in out
+    code, _, err = run(capsys)
+    assert code == 2 and "required" in err
+    assert run(capsys, "nosuch")[0] == 2
+    code, _, err = run(capsys, "help", "nosuch")
+    assert code == 1 and "no command 'nosuch'" in err
+
+
+# --- the commands ------------------------------------------------------------------------
+
+
+def test_set_timeout_and_types(capsys, url):
+    code, out, _ = run(capsys, "--store", url, "types")
+    assert code == 0 and "no job types" in out
+    code, out, _ = run(capsys, "--store", url, "set-timeout", "resize", "30")
+    assert code == 0 and "resize" in out and "30s" in out
+    assert run_json(capsys, "--store", url, "set-timeout", "email", "2.5") == {"type": "email", "timeout": 2.5}
+    code, out, _ = run(capsys, "--store", url, "types")
+    lines = out.splitlines()
+    assert lines[0].split() == ["TYPE", "TIMEOUT"] and lines[1].split() == ["email", "2.5s"]
+    assert lines[2].split() == ["resize", "30s"]
+    assert run_json(capsys, "--store", url, "types") == [
+        {"type": "email", "timeout": 2.5},
+        {"type": "resize", "timeout": 30.0},
+    ]
+
+
+def test_add_and_show(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    code, out, _ = run(capsys, "--store", url, "add", "t", "a", "--data", '{"path": "a.png", "n": [1, 2]}')
+    assert code == 0 and "pending" in out and "a.png" in out
+    assert jobs.get_job(db, "t", "a") == ("t", "a", "pending", {"path": "a.png", "n": [1, 2]}, 0.0)
+    code, out, _ = run(capsys, "--store", url, "show", "t", "a")
+    assert code == 0
+    fields = dict(line.split(None, 1) for line in out.splitlines()[:4])
+    assert fields == {"type": "t", "id": "a", "state": "pending", "scheduled": "asap"}
+    assert '"path": "a.png"' in out
+    doc = run_json(capsys, "--store", url, "show", "t", "a")
+    assert doc == {"type": "t", "id": "a", "state": "pending", "data": {"path": "a.png", "n": [1, 2]},
+                   "scheduled_time": 0.0}
+    # re-adding a pending job at another time replaces time and data (couch_jobs' rule)
+    doc = run_json(capsys, "--store", url, "add", "t", "a", "--at", "1000")
+    assert doc["data"] == {} and doc["scheduled_time"] == 1000.0
+
+
+def test_add_at_forms(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    assert run_json(capsys, "--store", url, "add", "t", "unix", "--at", "1700000000.5")["scheduled_time"] == 1700000000.5
+    iso = run_json(capsys, "--store", url, "add", "t", "iso", "--at", "2030-01-02T03:04:05+00:00")
+    assert iso["scheduled_time"] == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
+    before = time.time()
+    rel = run_json(capsys, "--store", url, "add", "t", "rel", "--at", "+5m")["scheduled_time"]
+    assert before + 300 <= rel <= time.time() + 300
+    code, out, _ = run(capsys, "--store", url, "show", "t", "rel")
+    assert "(in " in out
+
+
+def test_parse_time():
+    assert cli.parse_time("12.5", now=100) == 12.5
+    assert cli.parse_time("+30", now=100) == 130
+    assert cli.parse_time("+30s", now=100) == 130
+    assert cli.parse_time("+2m", now=100) == 220
+    assert cli.parse_time("+1h", now=100) == 3700
+    assert cli.parse_time("+1d", now=100) == 86500
+    assert cli.parse_time("2030-01-02T03:04:05") == datetime(2030, 1, 2, 3, 4, 5).timestamp()  # local time
+    for bad in ("soon", "+", "+xs", "2030-13-01"):
+        with pytest.raises(Exception, match="bad time"):
+            cli.parse_time(bad)
+
+
+def _three_states(db):
+    """t/p pending, t/r running, t/f finished, u/x pending."""
+    for t in ("t", "u"):
+        jobs.set_type_timeout(db, t, 30)
+    jobs.add(db, "t", "f", {"k": 1})
+    jobs.finish(db, jobs.accept(db, "t", timeout=0), {"done": True})
+    jobs.add(db, "t", "r", {"k": 2})
+    running = jobs.accept(db, "t", timeout=0)
+    jobs.add(db, "t", "p", {"k": 3})
+    jobs.add(db, "u", "x")
+    return running
+
+
+def test_list(capsys, url, db):
+    assert run_json(capsys, "--store", url, "list") == []
+    code, out, _ = run(capsys, "--store", url, "list")
+    assert code == 0 and "no jobs" in out
+    _three_states(db)
+    code, out, _ = run(capsys, "--store", url, "list")
+    rows = [line.split()[:3] for line in out.splitlines()]
+    assert rows == [["TYPE", "ID", "STATE"], ["t", "f", "finished"], ["t", "p", "pending"],
+                    ["t", "r", "running"], ["u", "x", "pending"]]
+    assert [d["id"] for d in run_json(capsys, "--store", url, "list", "t")] == ["f", "p", "r"]
+    docs = run_json(capsys, "--store", url, "list", "--state", "pending")
+    assert [(d["type"], d["id"], d["data"]) for d in docs] == [("t", "p", {"k": 3}), ("u", "x", {})]
+    assert [d["id"] for d in run_json(capsys, "--store", url, "list", "t", "--state", "running")] == ["r"]
+
+
+def test_remove(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.add(db, "t", "a")
+    jobs.add(db, "t", "b")
+    code, out, _ = run(capsys, "--store", url, "remove", "t", "a")
+    assert code == 0 and "removed t/a" in out
+    assert run_json(capsys, "--store", url, "remove", "t", "b") == {"removed": {"type": "t", "id": "b"}}
+    assert jobs.get_jobs(db) == []
+    code, _, err = run(capsys, "--store", url, "show", "t", "a")
+    assert code == 1 and err == "jobs: error: job t/a not found\n"
+
+
+def test_status(capsys, url, db):
+    assert run_json(capsys, "--store", url, "status")["types"] == []
+    running = _three_states(db)
+    jobs.add(db, "t", "r2")
+    second = jobs.accept(db, "t", timeout=0)  # r or r2 was pending; one of them stays
+    jobs.update(db, running)  # r is now the most recently active
+    jobs.add(db, "t", "old", scheduled_time=time.time() - 100)
+    jobs.add(db, "t", "future", scheduled_time=time.time() + 3600)
+    jobs.set_type_timeout(db, "cleared", 5)
+    jobs.add(db, "cleared", "c")
+    jobs.clear_type_timeout(db, "cleared")  # its job still shows
+
+    doc = run_json(capsys, "--store", url, "status")
+    assert doc["versions"] == "commits"
+    by_type = {t["type"]: t for t in doc["types"]}
+    assert list(by_type) == ["cleared", "t", "u"]
+    t = by_type["t"]
+    pending_left = {"p", "r2"} - {second.id}
+    assert (t["timeout"], t["running"], t["finished"]) == (30.0, 2, 1)
+    assert (t["pending"], t["due"], t["due_asap"]) == (len(pending_left) + 2, len(pending_left) + 1, len(pending_left))
+    assert t["oldest_due_age"] >= 100
+    ids = [r["id"] for r in t["running_jobs"]]
+    assert ids == [second.id, "r"]  # least recently active first
+    older, newer = (r["last_activity"] for r in t["running_jobs"])
+    assert older["behind"] > newer["behind"] >= 0 and older["age"] is None
+    assert t["last_change"]["behind"] <= newer["behind"]
+    assert by_type["cleared"]["timeout"] is None and by_type["cleared"]["pending"] == 1
+    assert by_type["u"]["oldest_due_age"] is None and by_type["u"]["due_asap"] == 1
+
+    assert [len(t["running_jobs"]) for t in run_json(capsys, "--store", url, "status", "--limit", "1")["types"]] == [0, 1, 0]
+    assert run_json(capsys, "--store", url, "status", "--limit", "0")["types"][1]["running"] == 2
+
+    code, out, _ = run(capsys, "--store", url, "status")
+    assert code == 0
+    head, *rows = out.split("\n\n")[0].splitlines()
+    assert head.split()[:3] == ["TYPE", "TIMEOUT", "PENDING"]
+    assert rows[1].split()[:2] == ["t", "30s"]
+    assert "commits ago" in out and "running jobs" in out
+
+
+def test_status_counts_past_one_page(capsys, url, db, monkeypatch):
+    """Ranges longer than a page are counted over several transactions."""
+    monkeypatch.setattr(status, "BATCH", 3)
+    monkeypatch.setattr(status, "DATA_BATCH", 2)
+    jobs.set_type_timeout(db, "t", 30)
+    for i in range(7):
+        jobs.add(db, "t", f"p{i}")
+    for _ in range(4):
+        jobs.accept(db, "t", timeout=0)
+    for i in range(5):
+        jobs.add(db, "t", f"f{i}")
+        jobs.finish(db, jobs.accept(db, "t", timeout=0))
+    (t,) = run_json(capsys, "--store", url, "status")["types"]
+    assert (t["pending"], t["due"], t["running"], t["finished"]) == (3, 3, 4, 5)
+
+
+def test_store_from_env_or_flag(capsys, monkeypatch, tmp_path, url):
+    other = "sqlite:" + str(tmp_path / "other.sqlite")
+    monkeypatch.setenv(ENV_VAR, url)
+    assert run(capsys, "set-timeout", "t", "30")[0] == 0
+    assert run(capsys, "add", "t", "in-env")[0] == 0
+    assert run(capsys, "--store", other, "set-timeout", "t", "30")[0] == 0
+    assert run(capsys, "add", "t", "in-other", "--store", other)[0] == 0  # --store after the command
+    assert [d["id"] for d in run_json(capsys, "list")] == ["in-env"]
+    assert [d["id"] for d in run_json(capsys, "--store", other, "list")] == ["in-other"]
+    assert [d["id"] for d in run_json(capsys, "list", "--store", other)] == ["in-other"]
+    monkeypatch.delenv(ENV_VAR)
+    assert run_json(capsys, "list") == []  # the default store, in the working directory
+    assert (tmp_path / ".jobs" / "jobs.sqlite").exists()
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+BAD = [
+    (["add", "t"], 2, "required: ID"),
+    (["add", "t", "a", "--data", "{"], 1, "--data is not valid JSON"),
+    (["add", "t", "a", "--data", "[1, 2]"], 1, "must be a dict (a JSON object)"),
+    (["add", "t", "a", "--data", '"text"'], 1, "must be a dict (a JSON object)"),
+    (["add", "t", "a", "--at", "soon"], 2, "bad time 'soon'"),
+    (["add", "t", "a", "--at", "-5"], 1, "scheduled_time must be zero or more"),
+    (["add", "notype", "a"], 1, "run 'jobs set-timeout notype SECONDS' first"),
+    (["set-timeout", "t", "-1"], 1, "type timeout must be positive"),
+    (["set-timeout", "t", "0"], 1, "type timeout must be positive"),
+    (["set-timeout", "t", "abc"], 2, "invalid float value"),
+    (["set-timeout", "t"], 2, "required: SECONDS"),
+    (["list", "--state", "done"], 2, "invalid choice: 'done'"),
+    (["show", "t", "nope"], 1, "job t/nope not found"),
+    (["remove", "t", "nope"], 1, "job t/nope not found"),
+    (["show", "t", ""], 1, "job id must not be empty"),
+    (["status", "--limit", "-1"], 2, "expected an integer >= 0"),
+    (["worker", "tasks"], 2, "expected MODULE:PROCESSOR"),
+    (["worker", "tasks:p", "--concurrency", "0"], 2, "expected an integer >= 1"),
+    (["--store", "bogus", "list"], 1, "bad store URL 'bogus'"),
+    (["list", "--store", "memory:x"], 1, "memory: takes no path"),
+    (["--store", "sqlite:/no/such/dir/x.sqlite", "types"], 1, "does not exist"),
+    (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("argv, code, message", BAD, ids=[" ".join(a) for a, _c, _m in BAD])
+def test_bad_input(capsys, url, db, argv, code, message):
+    jobs.set_type_timeout(db, "t", 30)
+    got, out, err = run(capsys, *(["--store", url] if "--store" not in argv else []), *argv)
+    assert got == code
+    assert out == ""
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("jobs") and "error: " in last and message in last
+
+
+def test_bad_store_file(capsys, tmp_path):
+    (tmp_path / "not-a-store").write_text("hello, this is not SQLite" * 100)
+    code, _, err = run(capsys, "--store", f"sqlite:{tmp_path / 'not-a-store'}", "types")
+    assert code == 1 and err.startswith("jobs: error: cannot open store") and err.count("\n") == 1
+
+
+# --- worker: finding the processor ----------------------------------------------------------
+
+
+def _module(tmp_path, body: str) -> str:
+    name = f"cli_test_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(body)
+    return name
+
+
+def test_worker_reports_what_is_wrong(capsys, tmp_path, url):
+    mod = _module(tmp_path, "import os\nseen = os.environ['JOBS_STORE']\nnot_a_processor = 3\n")
+    code, _, err = run(capsys, "--store", url, "worker", f"{mod}:not_a_processor")
+    assert code == 1 and "is not a processors.Processor but a int" in err
+    assert sys.modules[mod].seen == url  # --store reached the module through $JOBS_STORE
+    code, _, err = run(capsys, "--store", url, "worker", f"{mod}:missing")
+    assert code == 1 and f"module '{mod}' has no attribute 'missing'" in err
+    code, _, err = run(capsys, "--store", url, "worker", "no_such_module_here:p")
+    assert code == 1 and "cannot import 'no_such_module_here'" in err and "Traceback" not in err
+    opens = _module(tmp_path, "import jobs\ndb = jobs.open()\n")
+    code, _, err = run(capsys, "--store", "sqlite:/no/such/dir/x.sqlite", "worker", f"{opens}:db")
+    assert code == 1 and err.startswith("jobs: error: cannot open store") and "Traceback" not in err
+    broken = _module(tmp_path, "raise RuntimeError('boom at import')\n")
+    code, _, err = run(capsys, "--store", url, "worker", f"{broken}:p")
+    assert code == 1  # the user's own code failed: its traceback is shown, then one error line
+    assert "RuntimeError: boom at import" in err and err.splitlines()[-1].startswith("jobs: error: importing")
+
+
+# --- monitor -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_monitor_reenqueues_until_sigterm(capsys, url, db, as_json):
+    jobs.set_type_timeout(db, "t", 0.2)
+    jobs.add(db, "t", "a")
+    jobs.accept(db, "t", timeout=0)  # a worker that never updates
+
+    def stop_when_reenqueued():
+        try:
+            wait_until(lambda: jobs.get_job_state(db, "t", "a") == "pending")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # in case main() returned first
+    try:
+        thread = threading.Thread(target=stop_when_reenqueued)
+        thread.start()
+        code, out, err = run(capsys, "--store", url, "monitor", *(["--json"] if as_json else []))
+        thread.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0, err
+    assert jobs.get_job_state(db, "t", "a") == "pending"
+    if as_json:
+        assert orjson.loads(out) == {"reenqueued": 1}
+    else:
+        assert "re-enqueued 1 job(s), 1 in all" in out and out.splitlines()[-1] == "stopped; re-enqueued 1 job(s)"
+
+
+# --- the installed script ------------------------------------------------------------------
+
+
+def _script(*argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(JOBS_SCRIPT), *argv], capture_output=True, text=True, timeout=DEADLINE, **kw)
+
+
+def test_script_add_and_show(tmp_path, url):
+    env = {**os.environ, ENV_VAR: url}
+    assert _script("set-timeout", "t", "30", env=env).returncode == 0
+    done = _script("add", "t", "a", "--data", '{"x": 1}', "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["state"] == "pending"
+    shown = _script("--store", url, "--json", "show", "t", "a")
+    assert orjson.loads(shown.stdout) == {"type": "t", "id": "a", "state": "pending", "data": {"x": 1},
+                                          "scheduled_time": 0.0}
+    missing = _script("--store", url, "show", "t", "b")
+    assert missing.returncode == 1 and missing.stderr == "jobs: error: job t/b not found\n"
+
+
+WORKER_MODULE = """\
+import jobs
+import processors
+
+processor = processors.Processor(jobs.open())  # the store given to `jobs --store ...`
+
+
+@processor.handler("double", timeout=30)
+def double(ctx):
+    return {"result": ctx.data["n"] * 2}
+"""
+
+
+def test_script_worker_runs_jobs_until_sigterm(tmp_path, url, db):
+    (tmp_path / "cli_worker_mod.py").write_text(WORKER_MODULE)
+    out, err = open(tmp_path / "out.txt", "w"), open(tmp_path / "err.txt", "w")
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    proc = subprocess.Popen(
+        [str(JOBS_SCRIPT), "--store", url, "worker", "cli_worker_mod:processor", "--concurrency", "2"],
+        cwd=tmp_path, env=env, stdout=out, stderr=err,
+    )
+    try:
+        jobs.set_type_timeout(db, "double", 30)
+        for n in range(5):
+            jobs.add(db, "double", f"j{n}", {"n": n})
+        finished = lambda: all(info.state == "finished" for info in jobs.get_jobs(db, "double"))  # noqa: E731
+        assert wait_until(lambda: finished() or proc.poll() is not None), (tmp_path / "err.txt").read_text()
+        assert finished(), (tmp_path / "err.txt").read_text()
+        assert {i.id: i.data for i in jobs.get_jobs(db, "double")} == {f"j{n}": {"result": 2 * n} for n in range(5)}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 0, (tmp_path / "err.txt").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+        err.close()
+    assert "succeeded 5" in (tmp_path / "out.txt").read_text()
