@@ -13,6 +13,7 @@ harmless: re-enqueueing is a transaction that re-checks each job's lock.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 
@@ -25,6 +26,8 @@ from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
 from .batching import AdaptiveBatch, jittered
+
+log = logging.getLogger("monitor")
 
 CHECKS_PER_TIMEOUT = 4
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 5.0
@@ -42,6 +45,7 @@ class ActivityMonitor:
         self.db = db
         self.types = None if types is None else list(types)
         self.reenqueued = 0  # jobs this monitor made pending again, in all
+        self.errors = 0  # passes that failed (logged)
         self._batch = AdaptiveBatch()
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
@@ -123,13 +127,22 @@ class ActivityMonitor:
             self._thread.join(timeout)
             self._thread = None
 
+    def _check_logged(self) -> None:
+        """One pass; a failure (store unreachable, a bug) is logged and counted, and the
+        loop goes on: a monitor that died quietly would strand every dead worker's jobs."""
+        try:
+            self.check()
+        except Exception:  # noqa: BLE001 - see above
+            self.errors += 1
+            log.exception("activity monitor pass failed; retrying")
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.check()
+            self._check_logged()
             self._stop.wait(jittered(self.interval()))
 
     async def serve(self) -> None:
         """Run until cancelled (anyio: asyncio or trio)."""
         while True:
-            await anyio.to_thread.run_sync(self.check)
+            await anyio.to_thread.run_sync(self._check_logged)
             await anyio.sleep(jittered(self.interval()))

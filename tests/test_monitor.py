@@ -154,3 +154,25 @@ def test_adaptive_batch():
 def test_jittered_stays_within_fraction():
     for _ in range(100):
         assert 1.0 <= jittered(1.0, 0.1) <= 1.1
+
+
+def test_a_failing_pass_is_logged_and_the_monitor_goes_on(db, monkeypatch, caplog):
+    """A pass that raises (store trouble) must not end the monitor's thread."""
+    monitor = ActivityMonitor(db)
+    calls = []
+
+    def flaky_check():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("store unreachable")
+        return 0
+
+    monkeypatch.setattr(monitor, "check", flaky_check)
+    monkeypatch.setattr(monitor, "interval", lambda: 0.01)
+    monitor.start()
+    try:
+        assert wait_until(lambda: len(calls) >= 3)
+    finally:
+        monitor.stop()
+    assert monitor.errors == 1
+    assert "store unreachable" in caplog.text
