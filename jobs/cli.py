@@ -149,18 +149,16 @@ def _human_jobs(docs: list[dict]) -> str:
 def _human_status(st: status_mod.Status) -> str:
     if not st.types:
         return "(no job types)"
-    rows = [[t.type, _seconds(t.timeout), t.pending, t.due, t.due_asap,
+    rows = [[t.type, _seconds(t.timeout), t.pending, t.due,
              "-" if t.oldest_due_age is None else _duration(t.oldest_due_age),
              t.running, t.finished, _ago(t.last_change)] for t in st.types]
-    out = [_table(["TYPE", "TIMEOUT", "PENDING", "DUE", "DUE ASAP", "OLDEST DUE", "RUNNING", "FINISHED",
+    out = [_table(["TYPE", "TIMEOUT", "PENDING", "DUE", "LONGEST WAIT", "RUNNING", "FINISHED",
                    "LAST CHANGE"], rows)]
     running = [[t.type, r.id, _ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     if running:
         out.append("running jobs, least recently active first:\n"
                    + _table(["TYPE", "ID", "LAST ACTIVITY"], running))
     notes = []
-    if any(t.due_asap for t in st.types):
-        notes.append("OLDEST DUE: jobs added without --at record no time, so their wait is unknown")
     if st.versions == "commits":
         notes.append("embedded engine: the store records activity as commit versions, not times")
     return "\n\n".join(out + ["\n".join(f"({n})" for n in notes)] if notes else out)

@@ -9,6 +9,8 @@ and two that pick the same one conflict at commit (1020) and the loser retries.
 from __future__ import annotations
 
 import random
+import struct
+import time
 import uuid
 
 from . import keys
@@ -16,11 +18,19 @@ from .engine import KeySelector, strinc
 
 SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
 _ONE = (1).to_bytes(8, "little")
+_QUEUED_AT = struct.Struct(">d")
 
 
 def enqueue(tr, type: str, stime: float, job_id: str) -> None:
-    tr.set(keys.pending_key(type, stime, job_id), b"")
+    # The value: when the job was enqueued (wall clock of the enqueuing machine, for people:
+    # ``jobs status`` shows how long due jobs have waited; nothing decides on it).
+    tr.set(keys.pending_key(type, stime, job_id), _QUEUED_AT.pack(time.time()))
     tr.add(keys.watches_pending_key(type), _ONE)  # wakes waiting accepts
+
+
+def queued_at(value: bytes) -> float | None:
+    """When a pending entry was enqueued (None: written by a release that kept no time)."""
+    return _QUEUED_AT.unpack(value)[0] if len(value) == _QUEUED_AT.size else None
 
 
 def remove(tr, type: str, stime: float, job_id: str) -> None:

@@ -6,9 +6,9 @@ every job row (see ``keys.py`` for the layout):
   Ranges are counted in pages, each in its own read-only transaction after the first,
   so that a store of any size stays under FoundationDB's 5-second limit; a type whose
   ranges fit in one page is counted in one snapshot, exactly.
-* how long the oldest due job has waited: ``now - scheduled_time``.  Jobs added with no
-  scheduled time (0, "as soon as possible") record no time at all, so their wait cannot
-  be told; they are counted apart (``due_asap``).
+* how long the oldest due job has waited: since it was enqueued or fell due, whichever is
+  later (each pending entry records when it was enqueued, by the enqueuer's wall clock).
+  ``due_asap`` counts the due jobs added with no scheduled time.
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import activity, api, keys
+from . import activity, api, keys, pending
 from .engine import strinc
 from .engine.transactional import run
 
@@ -54,8 +54,8 @@ class TypeStatus:
     timeout: float | None  # None: jobs of the type exist but its timeout was cleared
     pending: int
     due: int  # pending and scheduled at or before now
-    due_asap: int  # of those, added with no scheduled time (their wait is unknown)
-    oldest_due_age: float | None  # seconds the earliest timed due job has been due
+    due_asap: int  # of those, added with no scheduled time
+    oldest_due_age: float | None  # seconds the longest-waiting due job has waited
     running: int
     finished: int
     last_change: Activity | None  # the type's last job change (watches_activity)
@@ -117,18 +117,23 @@ def _ranges(type: str, now: float) -> dict[str, tuple[bytes, bytes, int]]:
     }
 
 
-def _page(tr, begin: bytes, end: bytes, size: int) -> tuple[int, bytes | None]:
-    """Keys in one page of ``[begin, end)`` and where the next page starts (None: done)."""
+def _page(tr, begin: bytes, end: bytes, size: int, waiting=None) -> tuple[int, bytes | None]:
+    """Keys in one page of ``[begin, end)`` and where the next page starts (None: done).
+    ``waiting``: a list that gets, for each pending entry, since when it waits."""
     last, n = None, 0
-    for key, _value in tr.snapshot.get_range(begin, end, limit=size):
+    for key, value in tr.snapshot.get_range(begin, end, limit=size):
         last, n = key, n + 1
+        if waiting is not None:
+            stime = keys.PENDING.unpack(key)[1]
+            queued = pending.queued_at(bytes(value))
+            waiting.append(max(stime, queued) if queued is not None else stime or None)
     return n, (bytes(last) + b"\x00" if n == size else None)
 
 
-def _count_rest(db, begin: bytes | None, end: bytes, size: int) -> int:
+def _count_rest(db, begin: bytes | None, end: bytes, size: int, waiting=None) -> int:
     total = 0
     while begin is not None:
-        n, begin = run(db, _page, begin, end, size)
+        n, begin = run(db, _page, begin, end, size, waiting)
         total += n
     return total
 
@@ -140,16 +145,19 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
         """Everything but the pages after the first, in one snapshot."""
         rv = tr.get_read_version().wait()
         timeout = api.get_type_timeout(tr, type)
-        pages = {name: _page(tr, *r) for name, r in ranges.items()}
-        oldest = _first_key(tr, ranges["due_asap"][1], ranges["due"][1])
+        del waiting[:]  # (a retried attempt starts over)
+        pages = {name: _page(tr, *r, waiting if name == "due" else None) for name, r in ranges.items()}
         stamps = []  # (Seq, id) of the least recently active running jobs
         if limit:  # (a range read's limit 0 means "no limit")
             for key, value in tr.snapshot.get_range(*keys.activity_range(type), limit=limit):
                 stamps.append((keys.ACTIVITY.unpack(key)[1], bytes(value).decode()))
-        return rv, timeout, pages, oldest, stamps, activity.last_activity(tr, type)
+        return rv, timeout, pages, stamps, activity.last_activity(tr, type)
 
-    rv, timeout, pages, oldest, stamps, last = run(db, first_look)
-    counts = {name: n + _count_rest(db, more, ranges[name][1], ranges[name][2]) for name, (n, more) in pages.items()}
+    waiting: list[float | None] = []  # since when each due job waits (None: unknown)
+    rv, timeout, pages, stamps, last = run(db, first_look)
+    counts = {name: n + _count_rest(db, more, *ranges[name][1:], waiting if name == "due" else None)
+              for name, (n, more) in pages.items()}
+    since = min((t for t in waiting if t is not None), default=None)
 
     def stamped(stamp: bytes) -> Activity:
         version = int.from_bytes(stamp[:8], "big")
@@ -162,7 +170,7 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
         pending=counts["pending"],
         due=counts["due"],
         due_asap=counts["due_asap"],
-        oldest_due_age=None if oldest is None else now - keys.PENDING.unpack(oldest)[1],
+        oldest_due_age=None if since is None else max(0.0, now - since),
         running=counts["running"],
         # clamped: pages after the first are read at later versions than each other
         finished=max(0, counts["rows"] - counts["pending"] - counts["running"]),
