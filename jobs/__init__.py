@@ -24,6 +24,7 @@ from .api import (
     get_jobs,
     get_type_timeout,
     get_types,
+    is_held,
     is_resubmitted,
     pending_count,
     release,
@@ -76,6 +77,7 @@ __all__ = [
     "open",
     # beyond couch_jobs
     "release",
+    "is_held",
     # errors
     "JobsError",
     "NotFound",

@@ -40,6 +40,7 @@ __all__ = [
     "get_jobs",
     "get_type_timeout",
     "get_types",
+    "is_held",
     "is_resubmitted",
     "pending_count",
     "release",
@@ -92,6 +93,7 @@ update = _twin(api.update)
 finish = _twin(api.finish)
 resubmit = _twin(api.resubmit)
 release = _twin(api.release)
+is_held = _twin(api.is_held)
 is_resubmitted = api.is_resubmitted  # no I/O: the same function
 subscribe = _twin(subscriptions.subscribe)
 unsubscribe = subscriptions.unsubscribe  # no I/O: the same function

@@ -378,6 +378,19 @@ def is_resubmitted(job: Job) -> bool:
     return _job(job).resubmitted
 
 
+def is_held(tr, job: Job) -> bool:
+    """Whether ``job`` is still running under this Job's lock: False once it was removed,
+    re-enqueued, finished, or taken by another worker.  Read-only; for workers that want to
+    notice a lost job sooner than their next ``update``."""
+    job = _job(job)
+
+    def body(tr):
+        row = _row_of(tr, job)
+        return row is not None and row.lock == job.lock
+
+    return _in(tr, body)
+
+
 def release(tr, job: Job) -> None:
     """Hand a running job back to pending at once, without finishing it (data and scheduled
     time kept; the next update/finish with this Job raises Halt).  For workers that stop

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import anyio.to_thread
 
@@ -26,12 +27,14 @@ class Run:
     def __init__(self, db, job: jobs.Job, beat_every: float):
         self.db = db
         self.job = job
+        self.id = uuid.uuid4().hex  # this run of the job (a re-run elsewhere gets another)
         self.params, self.task = behaviors.split(job.data)
         self.beat_every = beat_every
         self.next_beat = time.monotonic() + beat_every
         self.halted = threading.Event()  # lost the job (Halt) or handed it back (shutdown)
         self.lock = threading.Lock()  # serializes updates: handler vs heartbeat
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
+        self.stopper = None  # stops the handler: set by the processor when it starts one
 
     def update(self, data: dict | None) -> None:
         """Heartbeat (data None) or progress: renew the job, or raise Halt once lost."""
@@ -51,6 +54,12 @@ class Run:
         with self.lock:
             self.halted.set()
 
+    def stop_handler(self) -> None:
+        """Cancel the async handler's scope or interrupt the sync handler's thread (if
+        its handler allows it); nothing before the handler started."""
+        if self.stopper is not None:
+            self.stopper()
+
 
 class Context:
     """Handed to a sync handler.  ``data``: the job's params (dict); ``update(data)``:
@@ -67,6 +76,12 @@ class Context:
     @property
     def job_id(self) -> str:
         return self._run.job.id
+
+    @property
+    def run_id(self) -> str:
+        """Unique to this run of the job: name side outputs after it, so that the output
+        of a run that lost its job is never mistaken for the committed one."""
+        return self._run.id
 
     @property
     def data(self) -> dict:

@@ -44,7 +44,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 import jobs
-from jobs import Halt, checks
+from jobs import Halt, checks, keys
 from jobs.accepting import AcceptCall, Wait
 from jobs.engine import error_code
 from jobs.engine.transactional import run as run_transaction
@@ -62,6 +62,7 @@ ACCEPT_SLICE = 0.5  # longest blocking accept step, so stop() and cancellation a
 TIMEOUT_REFRESH = 10.0  # seconds between re-reads of the type timeouts (jobs set-timeout)
 STOP_WAIT = 10.0  # how long a stopping processor waits for halted sync handlers to return
 ERROR_PAUSE_MAX = 5.0  # longest pause after a store error in the accept loop
+LOST_CHECK = 0.05  # least time between two checks of the held jobs (rate limit under load)
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,9 @@ class Processor:
         self.stats: collections.Counter = collections.Counter()
         self._handlers: dict[str, Handler] = {}
         self._beat_every: dict[str, float] = {}
-        self._running: dict[tuple[str, str], tuple[Run, object]] = {}  # (type, id) -> (run, stopper)
+        self._running: dict[tuple[str, str], Run] = {}  # (type, id) -> the run holding it
         self._stopping = threading.Event()
+        self._new_run = threading.Event()  # wakes the lost-job watcher
         self._hurry = threading.Event()  # skip the grace period
         self._acceptor: _Acceptor | None = None
         self._serving = False
@@ -193,6 +195,7 @@ class Processor:
                 if self.monitor:
                     tg.start_soon(ActivityMonitor(self.db, self.types).serve)
                 tg.start_soon(self._heartbeats)
+                tg.start_soon(self._watch_lost)
                 await self._dispatch(concurrency)
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:  # one failure: raise it as itself
@@ -253,13 +256,18 @@ class Processor:
                         slots.release()
                         continue
                     self.stats["accepted"] += 1
-                    running.start_soon(self._execute, job, slots)
+                    # registered before its task starts, so a stop right now still hands it back
+                    run = Run(self.db, job, self._beat_every[job.type])
+                    self._running[(job.type, job.id)] = run
+                    self._new_run.set()  # the lost-job watcher looks at it too
+                    running.start_soon(self._execute, run, slots)
             except anyio.get_cancelled_exc_class():
                 self._hurry.set()  # cancelled: no grace period
                 raise
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._shut_down()
+                running.cancel_scope.cancel()  # handlers that ignored the stop: abandoned
 
     async def _accept_step(self, acceptor: "_Acceptor") -> jobs.Job | None:
         with anyio.CancelScope(shield=True):  # a job taken must be seen, never dropped
@@ -278,16 +286,17 @@ class Processor:
 
     # --- running one job -----------------------------------------------------------------
 
-    async def _execute(self, job: jobs.Job, slots: anyio.Semaphore) -> None:
+    async def _execute(self, run: Run, slots: anyio.Semaphore) -> None:
+        job = run.job
         handler = self._handlers[job.type]
-        run = Run(self.db, job, self._beat_every[job.type])
         key = (job.type, job.id)
-        stopper = None
         try:
+            if run.halted.is_set():  # lost (or handed back) before its handler started
+                self.stats["halted"] += 1
+                return
             if handler.is_async:
                 with anyio.CancelScope() as scope:
-                    stopper = scope.cancel
-                    self._running[key] = (run, stopper)
+                    run.stopper = scope.cancel
                     try:
                         result, error = await handler.fn(AsyncContext(run)), None
                     except Exception as exc:  # noqa: BLE001 - user code: recorded
@@ -297,8 +306,7 @@ class Processor:
                     return
             else:
                 thread = HandlerThread(lambda: handler.fn(Context(run)), f"job-{job.type}-{job.id}")
-                stopper = thread.interrupt if handler.interrupt else None
-                self._running[key] = (run, stopper)
+                run.stopper = thread.interrupt if handler.interrupt else None
                 thread.start()
                 await anyio.to_thread.run_sync(thread.done.wait, abandon_on_cancel=True, limiter=self._waiters)
                 result, error = thread.result, thread.error
@@ -307,7 +315,7 @@ class Processor:
             with anyio.CancelScope(shield=True):  # the processor was cancelled: hand back now
                 if await anyio.to_thread.run_sync(self._hand_back, run):
                     self.stats["released"] += 1
-            _stop_handler(stopper)
+            run.stop_handler()
             raise
         except Exception:  # noqa: BLE001 - never let one job kill the loop
             log.exception("job %s/%s: writing its outcome failed; its type timeout will re-enqueue it", *key)
@@ -390,23 +398,67 @@ class Processor:
                     await anyio.to_thread.run_sync(self._refresh_timeouts)
                 except Exception:  # noqa: BLE001 - keep the last known timeouts
                     log.exception("reading the type timeouts failed")
-            for (run, stopper) in list(self._running.values()):
+            for run in list(self._running.values()):
                 if not run.halted.is_set() and run.next_beat <= now:
-                    await self._beat(run, stopper)
-            pending_beats = [r.next_beat for r, _s in self._running.values()]
+                    await self._beat(run)
+            pending_beats = [r.next_beat for r in self._running.values()]
             next_beat = min(pending_beats, default=now + 1.0)
             await anyio.sleep(min(1.0, max(0.01, next_beat - time.monotonic())))
 
-    async def _beat(self, run: Run, stopper) -> None:
+    async def _beat(self, run: Run) -> None:
         try:
             await anyio.to_thread.run_sync(run.update, None)
         except Halt:
             log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler",
                         run.job.type, run.job.id)
-            _stop_handler(stopper)
+            run.stop_handler()
         except Exception:  # noqa: BLE001 - a failed heartbeat is retried at the next tick
             log.exception("heartbeat of %s/%s failed", run.job.type, run.job.id)
             run.next_beat = time.monotonic() + min(1.0, run.beat_every)
+
+    # --- noticing lost jobs --------------------------------------------------------------
+
+    async def _watch_lost(self) -> None:
+        """Halt the handlers of jobs that were removed or re-enqueued as soon as that
+        happens, not at their next heartbeat: one watch per type of the held jobs (every
+        job change stamps it), re-checking the held jobs at most every LOST_CHECK s."""
+        while True:
+            lost = await anyio.to_thread.run_sync(self._lost_jobs)
+            for run in lost:
+                if not run.halted.is_set():
+                    run.halt()
+                    log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler",
+                                run.job.type, run.job.id)
+                    run.stop_handler()
+            await anyio.sleep(LOST_CHECK)
+
+    def _lost_jobs(self) -> list:
+        """Block until a type of a held job changes (1 s at most); the held jobs that are
+        no longer held then.  Never raises: a failed check is tried again."""
+        held = [r for r in list(self._running.values()) if not r.halted.is_set()]
+        if not held:
+            self._new_run.wait(1.0)
+            self._new_run.clear()
+            return []
+        wake = threading.Event()
+        self._new_run = wake
+
+        def check(tr):
+            lost = [r for r in held if not jobs.is_held(tr, r.job)]
+            return lost, [tr.watch(keys.watches_activity_key(t)) for t in {r.job.type for r in held}]
+
+        try:
+            lost, watches = run_transaction(self.db, check)
+        except Exception:  # noqa: BLE001 - heartbeats still catch lost jobs
+            log.exception("checking the held jobs failed")
+            return []
+        if not lost:
+            for w in watches:
+                w.on_ready(lambda _f: wake.set())
+            wake.wait(1.0)
+        for w in watches:
+            w.cancel()
+        return lost
 
     # --- shutdown ------------------------------------------------------------------------
 
@@ -416,15 +468,15 @@ class Processor:
         deadline = time.monotonic() + self.grace
         while self._running and not self._hurry.is_set() and time.monotonic() < deadline:
             await anyio.sleep(0.05)
-        for run, stopper in list(self._running.values()):
+        for run in list(self._running.values()):
             released = await anyio.to_thread.run_sync(self._hand_back, run)
-            _stop_handler(stopper)
+            run.stop_handler()
             if released:
                 self.stats["released"] += 1
         end = time.monotonic() + STOP_WAIT
         while self._running and time.monotonic() < end:
             await anyio.sleep(0.05)
-        if self._running:
+        if self._running:  # e.g. blocked in C code: abandoned (their results are never written)
             log.warning("%d handler(s) ignored the stop; their jobs were handed back", len(self._running))
 
     def _hand_back(self, run: Run) -> bool:
@@ -495,9 +547,3 @@ def _sole(group: BaseExceptionGroup) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-def _stop_handler(stopper) -> None:
-    """Cancel an async handler's scope or interrupt a sync handler's thread (if allowed)."""
-    if stopper is not None:
-        stopper()

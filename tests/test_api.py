@@ -35,7 +35,7 @@ PINNED = {
     "pending_count", "accept", "update", "finish", "resubmit", "is_resubmitted", "transactional",
     "JobsError", "NotFound", "Halt", "NoTypeTimeout", "JobDataError",
 }  # fmt: skip
-EXTRA = {"open", "Job", "JobInfo", "release", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
+EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
 
 
 def test_exported_names():

@@ -947,3 +947,18 @@ async def test_aio_accept_cancelled_at_any_point_leaves_no_job_running(db):
             await jobs.aio.finish(db, job)
     states = [info.state for info in jobs.get_jobs(db, T)]
     assert set(states) <= {"pending", "finished"} and len(states) == 8
+
+
+def test_is_held_follows_the_lock(db):
+    jobs.add(db, T, J1, {})
+    a = jobs.accept(db, T, timeout=0)
+    assert jobs.is_held(db, a)
+    jobs.release(db, a)
+    assert not jobs.is_held(db, a)
+    b = jobs.accept(db, T, timeout=0)
+    assert jobs.is_held(db, b) and not jobs.is_held(db, a)  # taken by another worker
+    jobs.finish(db, b)
+    assert not jobs.is_held(db, b)
+    c = jobs.accept(db, T, timeout=0) if jobs.resubmit(db, b) else None
+    jobs.remove(db, T, J1)
+    assert not jobs.is_held(db, c)

@@ -7,7 +7,6 @@ waits on conditions with generous deadlines; no test asserts how long anything t
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
@@ -18,31 +17,7 @@ import jobs
 import processors
 from processors import Processor, Retry, TaskFailed
 from processors.behaviors import TASK_KEY
-from waiting import DEADLINE, wait_until
-
-
-@contextlib.contextmanager
-def running(processor: Processor, concurrency: int = 2):
-    """Run ``processor`` on a thread for the block; stop it and check it ended."""
-    errors = []
-
-    def main():
-        try:
-            processor.run(concurrency=concurrency, signals=False)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=main, daemon=True)
-    thread.start()
-    try:
-        assert wait_until(lambda: processor.ready.is_set() or not thread.is_alive()), "not started"
-        assert not errors, errors
-        yield thread
-    finally:
-        processor.stop()
-        thread.join(DEADLINE)
-        assert not thread.is_alive(), "the processor did not stop"
-        assert not errors, errors
+from waiting import DEADLINE, running, wait_until
 
 
 def state(db, type, job_id):
