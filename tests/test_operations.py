@@ -1,0 +1,244 @@
+"""Distributed operations (the Ignite seed): one job per partition on any processor, a
+coordinator that completes the operation exactly once in effect, compatibility checks,
+cancel, failure, resume from saved progress, and a coordinator that dies while completing.
+
+Partitions come from a dict here (the catalog provides them in the pipeline).  Processors
+run on threads; tests wait on conditions, never on durations.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import jobs
+from processors import Processor
+from processors.operations import (
+    JobFailed,
+    Operation,
+    OperationNotFound,
+    OperationRefused,
+    Operations,
+    coordinator_type,
+    job_id,
+    partition_type,
+)
+from waiting import DEADLINE, running, wait_until
+
+TABLES = {"db.t": ["p0", "p1", "p2", "p3"], "db.u": ["only"], "db.empty": []}
+
+
+def partitions(tr, table):
+    return TABLES[table]
+
+
+class Recorder(Operation):
+    """Records what the framework calls; job behaviour per partition set by the test."""
+
+    type = "count"
+
+    def __init__(self):
+        self.ran = []
+        self.cleaned = []
+        self.completed = []
+        self.fail = set()  # partitions whose job raises JobFailed
+        self.block = threading.Event()  # set: jobs run through; clear: jobs wait on it
+        self.block.set()
+        self.started = threading.Event()
+
+    def start_or_resume_job(self, ctx):
+        self.ran.append(ctx.partition)
+        self.started.set()
+        while not self.block.wait(0.01):
+            ctx.job.check()
+        if ctx.partition in self.fail:
+            raise JobFailed(f"{ctx.partition} has bad rows")
+        return {"rows": len(ctx.partition), "arg": ctx.arg}
+
+    def cancel_job_and_cleanup(self, arg, table, partition):
+        self.cleaned.append(partition)
+
+    def complete_operation(self, arg, table, success, results):
+        self.completed.append((table, success, sorted(results)))
+
+
+@pytest.fixture
+def ops(db):
+    return Operations(db, partitions)
+
+
+def processor_for(db, ops, **kw):
+    p = Processor(db, **kw)
+    ops.attach(p)
+    return p
+
+
+def test_operation_runs_one_job_per_partition_and_completes_once(db, ops):
+    op = ops.register(Recorder())
+    p = processor_for(db, ops)
+    instance = ops.start_operation("count", "db.t", {"x": 1})
+    assert instance == 1
+    assert [r["type"] for r in ops.running_operations(db, "db.t")] == ["count"]
+    with running(p, concurrency=3):
+        status = ops.wait_operation("db.t", "count", instance, timeout=DEADLINE)
+    assert status.state == "success" and status.done
+    assert sorted(op.ran) == TABLES["db.t"]
+    assert status.partitions == {part: "success" for part in TABLES["db.t"]}
+    assert status.results["p1"] == {"rows": 2, "arg": {"x": 1}}
+    assert op.completed == [("db.t", True, TABLES["db.t"])]
+    assert op.cleaned == []
+    assert ops.running_operations(db, "db.t") == []
+    assert ops.start_operation("count", "db.t", None) == 2  # instance ids go on
+
+
+def test_a_failed_job_fails_the_operation_and_stops_the_others(db, ops):
+    op = ops.register(Recorder())
+    op.fail = {"p0"}
+    op.block.clear()
+    p = processor_for(db, ops)
+    with running(p, concurrency=2):
+        instance = ops.start_operation("count", "db.t")
+        assert wait_until(lambda: len(op.ran) == 2)  # two jobs hold the two slots
+        op.block.set()  # p0 fails when it gets to run; the operation fails then
+        status = ops.wait_operation("db.t", "count", instance, timeout=DEADLINE)
+    assert status.state == "failed"
+    assert status.partitions["p0"] == "failed"
+    assert status.results["p0"] == {"reason": "p0 has bad rows"}
+    assert len(op.completed) == 1 and op.completed[0][1] is False
+    assert "p0" in op.cleaned  # a failed job cleans up after itself
+    for part, state in status.partitions.items():  # every other partition either ran or was stopped
+        assert state in ("success", "cancelled", "failed")
+        if state == "cancelled":
+            assert part in op.cleaned
+    assert ops.running_operations(db, "db.t") == []
+
+
+def test_incompatible_operations_are_refused_and_compatible_ones_run(db, ops):
+    ops.register(Recorder())
+
+    class Index(Operation):
+        type = "index"
+        concurrent = True
+        compatible_with = frozenset({"count"})
+
+        def start_or_resume_job(self, ctx):
+            return {}
+
+    ops.register(Index())
+    first = ops.start_operation("count", "db.t")
+    with pytest.raises(OperationRefused, match="'count' #1 is running"):
+        ops.start_operation("count", "db.t")  # not concurrent with itself
+    assert ops.start_operation("count", "db.u") == 1  # another table is fine
+    assert ops.start_operation("index", "db.t") == 1  # declared compatible with count
+    assert ops.start_operation("index", "db.t") == 2  # concurrent with itself
+    assert [(r["type"], r["instance"]) for r in ops.running_operations(db, "db.t")] == [
+        ("count", first), ("index", 1), ("index", 2)]
+    # nothing was written by the refused start
+    assert len(jobs.get_jobs(db, partition_type("count"))) == len(TABLES["db.t"]) + 1
+
+
+def test_cancel_stops_running_jobs_cleans_up_and_completes_cancelled(db, ops):
+    op = ops.register(Recorder())
+    op.block.clear()
+    p = processor_for(db, ops)
+    with running(p, concurrency=2):
+        instance = ops.start_operation("count", "db.t")
+        assert op.started.wait(DEADLINE)
+        assert ops.cancel_operation("db.t", "count", instance) is True
+        status = ops.wait_operation("db.t", "count", instance, timeout=DEADLINE)
+        assert wait_until(lambda: jobs.get_active_jobs_ids(db, partition_type("count")) == [])
+    assert status.state == "cancelled"
+    assert set(status.partitions.values()) == {"cancelled"}
+    assert sorted(op.cleaned) == TABLES["db.t"]
+    assert op.completed == [("db.t", False, [])]
+    assert ops.cancel_operation("db.t", "count", instance) is False  # already completed
+    assert jobs.get_jobs(db, partition_type("count")) == []
+
+
+def test_resumable_job_resumes_from_saved_progress_on_another_processor(db, ops):
+    class Steps(Operation):
+        type = "steps"
+        resumable = True
+        can_fail = False
+
+        def __init__(self):
+            self.seen = []
+            self.hold = threading.Event()
+
+        def start_or_resume_job(self, ctx):
+            self.seen.append(ctx.progress)
+            step = ctx.progress or 0
+            while step < 5:
+                step += 1
+                ctx.save_progress(step)
+                if step == 3 and not self.hold.is_set():
+                    while not self.hold.wait(0.01):  # the first processor stops here
+                        ctx.job.check()
+            return {"steps": step}
+
+    op = ops.register(Steps())
+    first = processor_for(db, ops, grace=0)
+    instance = ops.start_operation("steps", "db.u")
+    with running(first):
+        assert wait_until(lambda: op.seen == [None] and
+                          jobs.get_job_data(db, partition_type("steps"), job_id("db.u", instance, "only"))
+                          .get("progress") == 3)
+    # the first processor handed the job back at once (grace 0); the next one resumes it
+    op.hold.set()
+    with running(processor_for(db, ops)):
+        status = ops.wait_operation("db.u", "steps", instance, timeout=DEADLINE)
+    assert status.state == "success" and status.results["only"] == {"steps": 5}
+    assert op.seen == [None, 3]
+
+
+def test_coordinator_that_dies_while_completing_is_replaced_and_completes_once(db, ops):
+    class Fragile(Recorder):
+        type = "fragile"
+
+        def __init__(self):
+            super().__init__()
+            self.first_completion = threading.Event()
+            self.hang = threading.Event()
+
+        def complete_operation(self, arg, table, success, results):
+            self.completed.append((table, success, sorted(results)))
+            if len(self.completed) == 1:
+                self.first_completion.set()
+                while not self.hang.wait(0.01):  # dies here: its processor stops
+                    pass
+
+    op = ops.register(Fragile())
+    instance = ops.start_operation("fragile", "db.u")
+    first = processor_for(db, ops, grace=0)
+    with running(first):
+        assert op.first_completion.wait(DEADLINE)
+    assert ops.operation_status(db, "db.u", "fragile", instance).state == "running"
+    with running(processor_for(db, ops)):
+        status = ops.wait_operation("db.u", "fragile", instance, timeout=DEADLINE)
+    op.hang.set()
+    assert status.state == "success"
+    assert op.completed == [("db.u", True, ["only"])] * 2  # completion code ran twice ...
+    assert jobs.get_job_state(db, coordinator_type("fragile"), f"db.u/{instance}") == "finished"
+    assert ops.running_operations(db, "db.u") == []  # ... its effect on the state, once
+
+
+def test_bad_input(db, ops):
+    ops.register(Recorder())
+    with pytest.raises(ValueError, match="unknown operation type 'nope'"):
+        ops.start_operation("nope", "db.t")
+    with pytest.raises(ValueError, match="no partitions"):
+        ops.start_operation("count", "db.empty")
+    with pytest.raises(TypeError):
+        ops.start_operation("count", "db.t", {"x": object()})
+    with pytest.raises(ValueError, match="already registered"):
+        ops.register(Recorder())
+    with pytest.raises(TypeError):
+        ops.register("count")
+    with pytest.raises(OperationNotFound):
+        ops.operation_status(db, "db.t", "count", 99)
+    with pytest.raises(OperationNotFound):
+        ops.cancel_operation("db.t", "count", 99)
+    with pytest.raises(TimeoutError):
+        ops.wait_operation("db.t", "count", ops.start_operation("count", "db.t"), timeout=0.05)
+    assert ops.running_operations(db, "db.empty") == []
