@@ -217,10 +217,12 @@ class Operations:
 
     # --- starting, cancelling, watching ----------------------------------------------------
 
-    def start_operation(self, type: str, table: str, arg=None) -> int:
+    def start_operation(self, type: str, table: str, arg=None, *, partitions=None, tr=None) -> int:
         """Start an operation of ``type`` on ``table``; returns its instance id.  Raises
         OperationRefused when an incompatible operation runs on the table (nothing is
-        written then), ValueError for a table without partitions."""
+        written then), ValueError for a table without partitions.  ``partitions``: the
+        partition ids to run on (default: the table's, from the provider); ``tr``: a
+        transaction to start it in (default: its own), e.g. with a staged table."""
         op = self._kind(type)
         checks.name(table, "table")
         _dumps(arg)  # not JSON: TypeError now, not in a worker
@@ -233,7 +235,7 @@ class Operations:
                         f"cannot start {type!r} on {table!r}: operation {other['type']!r} "
                         f"#{other['instance']} is running there and they are not compatible"
                     )
-            parts = [str(p) for p in self.partitions(tr, table)]
+            parts = [str(p) for p in (self.partitions(tr, table) if partitions is None else partitions)]
             if not parts:
                 raise ValueError(f"table {table!r} has no partitions")
             next_key = OPS.pack((table, type, "next"))
@@ -250,7 +252,7 @@ class Operations:
                          {"table": table, "instance": instance, "partition": p})
             return instance
 
-        return run_transaction(self.db, body)
+        return run_transaction(self.db if tr is None else tr, body)
 
     def cancel_operation(self, table: str, type: str, instance: int) -> bool:
         """Cancel a running operation: its coordinator stops the jobs, cleans up and
