@@ -34,7 +34,7 @@ from . import checks, keys, pending, rows
 from .accepting import AcceptCall
 from .codec import Row, decode_data, encode_data
 from .engine import tuple as fdb_tuple
-from .engine.transactional import is_database, run
+from .engine.transactional import within
 from .errors import ForeignJobError, Halt, NoTypeTimeout, NotFound
 from .job import Job, JobInfo
 
@@ -70,7 +70,7 @@ def _in(tr, fn):
         keys.check_layout(tr)
         return fn(tr)
 
-    return run(tr, body) if is_database(tr) else body(tr)
+    return within(tr, body)
 
 
 def _job(job) -> Job:

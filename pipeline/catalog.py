@@ -53,7 +53,7 @@ import uuid
 from dataclasses import replace as _replace
 
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import is_database, run
+from jobs.engine.transactional import is_database, within
 
 from . import layout, schema
 from .errors import (
@@ -131,7 +131,7 @@ def _in(tr, fn):
         layout.check_layout(tr)
         return fn(tr)
 
-    return run(tr, body) if is_database(tr) else body(tr)
+    return within(tr, body)
 
 
 def _new_id() -> str:

@@ -14,14 +14,7 @@ from processors import Processor
 from processors.operations import Operations
 
 from . import catalog
-
-
-def split_name(qualified: str) -> tuple[str, str]:
-    """``"db.table"`` -> ("db", "table"); ValueError naming the expected form."""
-    if not isinstance(qualified, str) or qualified.count(".") != 1 or "" in qualified.split("."):
-        raise ValueError(f"table names are 'database.table', not {qualified!r}")
-    db, table = qualified.split(".")
-    return db, table
+from .frames import split_name
 
 
 def table_partitions(tr, qualified: str) -> list[str]:
@@ -34,14 +27,17 @@ def table_partitions(tr, qualified: str) -> list[str]:
 def operations(db) -> Operations:
     """Operations over catalog tables, with every provisioned kind registered."""
     ops = Operations(db, table_partitions)
-    for kind in provisioned():
+    for kind in provisioned(db):
         ops.register(kind)
     return ops
 
 
-def provisioned() -> list:
+def provisioned(db) -> list:
     """The operation kinds the pipeline provides (validate, build index, CTAS)."""
-    return []
+    from .index import BuildIndex
+    from .validate import Validate
+
+    return [Validate(db), BuildIndex(db)]
 
 
 def processor(db, **kwargs) -> Processor:

@@ -33,7 +33,7 @@ import orjson
 import jobs
 from jobs import JobsError, checks
 from jobs.engine import Subspace, wait_future
-from jobs.engine.transactional import run as run_transaction
+from jobs.engine.transactional import run as run_transaction, within
 
 from .behaviors import Retry
 from .context import Context
@@ -55,7 +55,12 @@ class OperationNotFound(jobs.NotFound):
 
 class JobFailed(Exception):
     """Raised by a job's code to finish its partition unsuccessfully (operations that can
-    fail); the message becomes the partition's failure reason."""
+    fail); the message becomes the partition's failure reason, and ``result`` (a JSON
+    object, e.g. a report) its result beside it."""
+
+    def __init__(self, reason: str, result: dict | None = None):
+        super().__init__(reason)
+        self.result = dict(result or {})
 
 
 class Operation:
@@ -252,7 +257,7 @@ class Operations:
                          {"table": table, "instance": instance, "partition": p})
             return instance
 
-        return run_transaction(self.db if tr is None else tr, body)
+        return within(self.db if tr is None else tr, body)
 
     def cancel_operation(self, table: str, type: str, instance: int) -> bool:
         """Cancel a running operation: its coordinator stops the jobs, cleans up and
@@ -297,11 +302,11 @@ class Operations:
                     parts[p] = "cancelled" if state == "finished" else state
             return OperationStatus(table, type, instance, record, parts, results)
 
-        return run_transaction(tr, body)
+        return within(tr, body)
 
     def running_operations(self, tr, table: str) -> list[dict]:
         """The table's running operations: [{type, instance, ...}] (the seed's runOps)."""
-        return run_transaction(tr, lambda tr: _read(tr, _run_key(table), []))
+        return within(tr, lambda tr: _read(tr, _run_key(table), []))
 
     def wait_operation(self, table: str, type: str, instance: int, timeout: float | None = None) -> OperationStatus:
         """Block until the operation completed (``timeout`` seconds at most: TimeoutError);
@@ -351,7 +356,7 @@ class Operations:
             except JobFailed as exc:
                 if not op.can_fail:
                     raise TypeError(f"operation {op.type!r} cannot fail, but its job raised JobFailed: {exc}") from exc
-                result, success = {"reason": str(exc)}, False
+                result, success = {**exc.result, "reason": str(exc)}, False
             except jobs.Halt:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried by the policy; the last attempt fails the job

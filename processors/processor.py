@@ -240,7 +240,13 @@ class Processor:
         async with anyio.create_task_group() as running:
             try:
                 while not self._stopping.is_set():
-                    await slots.acquire()
+                    with anyio.move_on_after(ACCEPT_SLICE) as waited:  # all slots busy: see stop()
+                        await slots.acquire()
+                    if waited.cancelled_caught:
+                        continue
+                    if self._stopping.is_set():
+                        slots.release()
+                        break
                     try:
                         job = await self._accept_step(acceptor)
                         pause = 0.0
@@ -451,6 +457,7 @@ class Processor:
             lost, watches = run_transaction(self.db, check)
         except Exception:  # noqa: BLE001 - heartbeats still catch lost jobs
             log.exception("checking the held jobs failed")
+            time.sleep(1.0)  # not a busy loop while the store is failing
             return []
         if not lost:
             for w in watches:

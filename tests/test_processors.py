@@ -182,7 +182,7 @@ def test_one_worker_serves_several_types_and_future_jobs_when_due(db):
         jobs.add(db, "b", "now", {})
         assert wait_until(lambda: len(done) == 2)
         assert done[0] == ("b", "now")
-        assert state(db, "a", "later") == "finished"
+        assert wait_until(lambda: state(db, "a", "later") == "finished")  # (written after the handler)
 
 
 # --- user code failing ------------------------------------------------------------------

@@ -37,6 +37,14 @@ def run(db, func, *args, **kwargs):
             close()
 
 
+def within(tr, func, *args, **kwargs):
+    """``func(tr, *args, **kwargs)`` joining ``tr`` if it is a transaction, else in a
+    retried transaction of the database ``tr`` (:func:`run`)."""
+    if is_database(tr):
+        return run(tr, func, *args, **kwargs)
+    return func(tr, *args, **kwargs)
+
+
 def transactional(func=None, *, parameter: str = "tr"):
     """Decorator: the ``parameter`` argument (default ``tr``) may be a database or a
     transaction.  Given a database, the function runs in a new transaction that is committed
