@@ -26,6 +26,8 @@ Operation states: running -> success | failed, or running -> cancelling -> cance
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 
 import orjson
@@ -39,6 +41,7 @@ from .behaviors import Retry
 from .context import Context
 
 OPS = Subspace(("ops",))
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as recorded in job outcomes
 FINAL = ("success", "failed", "cancelled")
 # A coordinator whose completion code fails is retried until it succeeds (the operation
 # must complete), backing off up to a minute.
@@ -117,10 +120,12 @@ class JobContext:
 class OperationStatus:
     """An operation instance as stored: ``state``, ``arg``, ``partitions`` (partition ->
     pending, running, success, failed or cancelled), ``results`` (partition -> result of
-    completed jobs), ``started`` and ``ended`` (wall clock; ended None while running)."""
+    completed jobs), ``ran_on`` (partition -> the processors that ran its job, more than
+    one when it was re-run), ``started`` and ``ended`` (wall clock; ended None while running)."""
 
-    def __init__(self, table, type, instance, record: dict, parts: dict, results: dict):
+    def __init__(self, table, type, instance, record: dict, parts: dict, results: dict, ran_on: dict):
         self.table, self.type, self.instance = table, type, instance
+        self.ran_on = ran_on  # partition -> processors that ran its job ("host:pid"), in order
         self.state = record["state"]
         self.arg = record.get("arg")
         self.started, self.ended = record.get("started"), record.get("ended")
@@ -132,7 +137,7 @@ class OperationStatus:
 
     def as_dict(self) -> dict:
         return {"table": self.table, "type": self.type, "instance": self.instance, "state": self.state,
-                "arg": self.arg, "partitions": self.partitions, "results": self.results,
+                "arg": self.arg, "partitions": self.partitions, "results": self.results, "ran_on": self.ran_on,
                 "started": self.started, "ended": self.ended}
 
     def __repr__(self) -> str:
@@ -287,11 +292,12 @@ class Operations:
         def body(tr):
             record = self._record(tr, table, type, instance)
             outcomes = _outcomes(tr, table, type, instance)
-            parts, results = {}, {}
+            parts, results, ran_on = {}, {}, {}
             for p in record["partitions"]:
                 if p in outcomes:
                     parts[p] = outcomes[p]["state"]
                     results[p] = outcomes[p].get("result")
+                    ran_on[p] = outcomes[p].get("ran_on", [])
                 elif record["state"] in FINAL or record["state"] == "cancelling":
                     parts[p] = "cancelled"
                 else:  # its job's queue state; a job gone or finished without an outcome was stopped
@@ -300,7 +306,7 @@ class Operations:
                     except jobs.NotFound:
                         state = "finished"
                     parts[p] = "cancelled" if state == "finished" else state
-            return OperationStatus(table, type, instance, record, parts, results)
+            return OperationStatus(table, type, instance, record, parts, results, ran_on)
 
         return within(tr, body)
 
@@ -351,6 +357,10 @@ class Operations:
             record = run_transaction(self.db, lambda tr: _read(tr, _op_key(table, op.type, instance)))
             if record is None or record["state"] != "running":
                 return {"skipped": None if record is None else record["state"]}
+            # Which processors ran it, kept with the job (a re-run after a crash adds one):
+            # the operation's status tells what ran where and what was re-run.
+            ran_on = ctx.data.get("ran_on", []) + [WORKER]
+            ctx.update({**ctx.data, "ran_on": ran_on})
             try:
                 result, success = op.start_or_resume_job(JobContext(ctx, op, record["arg"])), True
             except JobFailed as exc:
@@ -365,7 +375,7 @@ class Operations:
                 result, success = {"reason": f"{type(exc).__name__}: {exc}"}, False
             if not success:
                 op.cancel_job_and_cleanup(record["arg"], table, part)
-            ctx.on_commit(lambda tr: _mark_job(tr, table, op.type, instance, part, success, result))
+            ctx.on_commit(lambda tr: _mark_job(tr, table, op.type, instance, part, success, result, ran_on))
             return {"success": success, "result": result}
 
         return handle
@@ -409,14 +419,15 @@ def _enqueue_coordinator(tr, table: str, type: str, instance: int) -> None:
     jobs.add(tr, coordinator_type(type), f"{table}/{instance}", {"table": table, "instance": instance})
 
 
-def _mark_job(tr, table: str, type: str, instance: int, part: str, success: bool, result) -> None:
+def _mark_job(tr, table: str, type: str, instance: int, part: str, success: bool, result, ran_on=()) -> None:
     """The seed's conditional invoke: IF the operation runs AND the job has no state THEN
     set it (and enqueue the coordinator when this was the last job, or a failure)."""
     record = _read(tr, _op_key(table, type, instance))
     key = _job_space(table, type, instance).pack((part,))
     if record is None or record["state"] != "running" or tr.get(key).wait() is not None:
         return  # already completed elsewhere: ignore, as the seed says
-    tr.set(key, _dumps({"state": "success" if success else "failed", "result": result, "at": time.time()}))
+    tr.set(key, _dumps({"state": "success" if success else "failed", "result": result, "at": time.time(),
+                        "ran_on": list(ran_on)}))
     if not success:  # the operation fails: stop the other jobs now, free their slots
         _stop_jobs(tr, table, type, instance, record)
     if not success or len(_outcomes(tr, table, type, instance)) == len(record["partitions"]):

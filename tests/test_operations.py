@@ -190,6 +190,7 @@ def test_resumable_job_resumes_from_saved_progress_on_another_processor(db, ops)
         status = ops.wait_operation("db.u", "steps", instance, timeout=DEADLINE)
     assert status.state == "success" and status.results["only"] == {"steps": 5}
     assert op.seen == [None, 3]
+    assert len(status.ran_on["only"]) == 2  # it ran twice: the status says so
 
 
 def test_coordinator_that_dies_while_completing_is_replaced_and_completes_once(db, ops):
