@@ -110,3 +110,109 @@ class PartitionDataError(PipelineError):
 class PartitionDataExists(PartitionDataError):
     """The partition directory already exists: partition directories are written once;
     write to a new location (or pass overwrite=True)."""
+
+
+# --- ingest super-transactions (pipeline.ingest) -------------------------------------------
+#
+#   PipelineError
+#   +-- IngestError
+#       +-- DatabasePublished       the database is published: ingest needs an unpublished one
+#       +-- TransactionNotFound     no super-transaction of that id
+#       +-- TransactionStateError   the transaction is not STARTED (it ended or was aborted)
+#       +-- TransactionsOpen        a STARTED transaction of the database forbids the call
+#       +-- InvalidChunk            the chunk number is outside the partitioning (a ValueError too)
+#       +-- NoIngestWorkers         no worker is registered to place a chunk on
+#       +-- LoadsInProgress         ending a transaction whose loads are pending or running
+#       +-- LoadFileError           a chunk file cannot be read (or its rows written)
+#       +-- MalformedRows           rows of a chunk file do not fit the table (file, line, reason)
+#       +-- LoadFailed              load_chunk(wait=True): the load job failed
+#       +-- IngestStoreError        the store's ingest keys cannot be read by this release
+
+
+class IngestError(PipelineError):
+    """The ingest system refused the call: a prerequisite of the step does not hold."""
+
+
+class DatabasePublished(IngestError):
+    """The database is published: ingest (new tables, transactions, loads) needs an
+    unpublished database."""
+
+
+class TransactionNotFound(IngestError):
+    """No super-transaction has that id."""
+
+
+class TransactionStateError(IngestError):
+    """The super-transaction is not STARTED any more (it was finished or aborted)."""
+
+
+class TransactionsOpen(IngestError):
+    """The database has STARTED super-transactions: end or abort them first."""
+
+
+class InvalidChunk(IngestError, ValueError):
+    """The chunk number is not valid for the partitioning of the database or table."""
+
+
+class NoIngestWorkers(IngestError):
+    """No ingest worker is registered to place chunks on: start a processor with
+    pipeline.ingest.attach(), or register_worker()."""
+
+
+class LoadsInProgress(IngestError):
+    """Loads of the super-transaction are still pending or running: wait for them (their
+    futures) before ending it, or abort it."""
+
+
+class LoadFileError(IngestError):
+    """The chunk file cannot be read, or its rows cannot be written."""
+
+
+class MalformedRows(IngestError):
+    """Rows of the chunk file do not fit the table: nothing of the file was loaded."""
+
+    SHOWN = 20  # malformed rows named in the message
+
+    def __init__(self, path: str, rows: list[tuple[int, str]], count: int):
+        self.path, self.rows, self.count = path, list(rows), count
+        shown = "".join(f"\n  {path}:{line}: {reason}" for line, reason in self.rows[: self.SHOWN])
+        more = f"\n  ... and {count - min(count, self.SHOWN)} more" if count > self.SHOWN else ""
+        super().__init__(f"{path}: {count} malformed row(s), nothing of the file was loaded:{shown}{more}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.rows, self.count))
+
+
+class LoadFailed(IngestError):
+    """The load job failed (its error names the file and, for malformed rows, the lines)."""
+
+    def __init__(self, message: str, error: dict | None = None):
+        self.error = error or {}
+        super().__init__(message)
+
+
+class IngestStoreError(IngestError):
+    """The store holds ingest keys this release cannot read (corrupt, or written by a newer
+    release: upgrade this package)."""
+
+
+# --- atomic CTAS (pipeline.ctas) --------------------------------------------------------------
+#
+#   PipelineError
+#   +-- QueryError      the CTAS query cannot make a table (also a ValueError); nothing written
+#   +-- CtasFailed      the CTAS was aborted (failed, cancelled, commit impossible): no table
+
+
+class QueryError(PipelineError, ValueError):
+    """The CTAS query cannot make a table: it does not analyse over the catalog's tables,
+    is not deterministic, or yields columns a table cannot hold.  Nothing was written."""
+
+
+class CtasFailed(PipelineError):
+    """The CTAS was aborted (its query failed, it was cancelled, or its commit could not
+    happen): no table was created or replaced; its staging went to the trash.
+    ``outcome``: the recorded pipeline.ctas.Outcome."""
+
+    def __init__(self, message: str, outcome=None):
+        super().__init__(message)
+        self.outcome = outcome

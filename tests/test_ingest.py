@@ -1,0 +1,519 @@
+"""Ingest super-transactions (the Qserv seed): register, begin, place, load chunk files as
+queue jobs, end (atomically) or abort, publish; every prerequisite refused with its own
+error and nothing written; malformed rows reported by file and line; loads fenced by the
+job lock.  Processors run on threads; tests wait on conditions, never on durations."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+import jobs
+import pipeline
+from pipeline import ingest
+from pipeline.errors import (
+    DatabaseExists,
+    DatabaseNotFound,
+    DatabaseNotPublished,
+    DatabasePublished,
+    IngestError,
+    InvalidChunk,
+    LoadFailed,
+    LoadFileError,
+    LoadsInProgress,
+    MalformedRows,
+    NoIngestWorkers,
+    PipelineError,
+    SparkUnavailable,
+    TableExists,
+    TableNotFound,
+    TransactionNotFound,
+    TransactionsOpen,
+    TransactionStateError,
+)
+from pipeline.ingest_files import write_piece
+from pipeline.runtime import table_partitions
+from processors import Processor
+from waiting import DEADLINE, running, wait_until
+
+OBJ = [
+    {"name": "id", "type": "bigint", "nullable": False},
+    {"name": "chunk", "type": "int", "nullable": False},
+    {"name": "ra", "type": "double"},
+    {"name": "name", "type": "string"},
+]
+FILTERS = [{"name": "band", "type": "string", "nullable": False}, {"name": "nm", "type": "int"}]
+
+
+@pytest.fixture
+def sky(db, tmp_path):
+    """Database sky (4 chunks, unpublished) with partitioned table obj and regular table
+    filters; its data under tmp_path/data."""
+    ingest.register_database(db, "sky", chunks=4, location=str(tmp_path / "data"))
+    ingest.register_table(db, "sky", "obj", OBJ, chunk_column="chunk")
+    ingest.register_table(db, "sky", "filters", FILTERS)
+    return db
+
+
+def worker(db, name="w1", threads=2) -> Processor:
+    p = Processor(db)
+    ingest.attach(p, worker=name, threads=threads)
+    return p
+
+
+def write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / "in" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def obj_rows(ids, chunk) -> str:
+    return "".join(f"{i},{chunk},{i / 10},n{i}\n" for i in ids)
+
+
+def table_rows(db, name="obj") -> dict[int, list[dict]]:
+    table = pipeline.get_table(db, "sky", name, published_only=False)
+    return {p.pid: sorted(pq.read_table(p.location).to_pylist(), key=str) for p in pipeline.get_partitions(db, table)}
+
+
+def ids_of(rows) -> dict[int, list[int]]:
+    return {pid: sorted(r["id"] for r in rs) for pid, rs in rows.items()}
+
+
+def nothing_written(commit_version):
+    before = commit_version()
+    return lambda: commit_version() == before
+
+
+# --- the happy path ------------------------------------------------------------------------
+
+
+def test_ingest_two_transactions_then_publish(sky, tmp_path, commit_version):
+    db = sky
+    p = worker(db)
+    assert pipeline.list_databases(db) == []  # being ingested: invisible
+    txn = ingest.begin_transaction(db, "sky")
+    assert (txn.state, txn.database) == ("STARTED", "sky")
+    assert (txn.hints.workers, txn.hints.threads, txn.hints.names) == (1, 2, ("w1",))
+    assert ingest.chunk_placement(db, txn.id, 1) == ingest.Placement("sky", 1, "w1")
+    a = write(tmp_path, "obj_1a.csv", obj_rows([1, 2, 3], 1))
+    b = write(tmp_path, "obj_1b.tsv", obj_rows([4, 5], 1).replace(",", "\t"))
+    c = write(tmp_path, "obj_3.csv", "6,3,\\N,\n7,3,0.5,\"a, quoted\"\"name\"\n")
+    f = write(tmp_path, "filters.csv", "u,355\ng,\\N\n")
+    with running(p):
+        futures = [ingest.load_chunk(db, txn.id, "obj", 1, a), ingest.load_chunk(db, txn.id, "obj", 1, b),
+                   ingest.load_chunk(db, txn.id, "obj", 3, c), ingest.load_chunk(db, txn.id, "filters", 0, f)]
+        assert [fu.result(DEADLINE)["rows"] for fu in futures] == [3, 2, 2, 2]
+        # not visible before the end
+        assert table_rows(db) == {}
+        ended = ingest.end_transaction(db, txn.id)
+        assert (ended.state, ended.rows, ended.files) == ("FINISHED", 9, 4)
+        assert ids_of(table_rows(db)) == {1: [1, 2, 3, 4, 5], 3: [6, 7]}
+        assert table_rows(db)[3] == [{"id": 6, "chunk": 3, "ra": None, "name": ""},
+                                     {"id": 7, "chunk": 3, "ra": 0.5, "name": 'a, quoted"name'}]
+        assert table_rows(db, "filters") == {0: [{"band": "g", "nm": None}, {"band": "u", "nm": 355}]}
+        # a second transaction appends to chunk 1 and adds chunk 0
+        second = ingest.begin_transaction(db, "sky")
+        assert second.id == txn.id + 1
+        assert ingest.chunk_placement(db, second.id, 1).worker == "w1"
+        ingest.load_chunk(db, second.id, "obj", 1, write(tmp_path, "obj_1c.csv", obj_rows([8], 1)), wait=True)
+        ingest.load_chunk(db, second.id, "obj", 0, write(tmp_path, "obj_0.csv", obj_rows([9], 0)), wait=True)
+        old = {pt.pid: pt.location for pt in pipeline.get_partitions(
+            db, pipeline.get_table(db, "sky", "obj", published_only=False))}
+        assert ingest.end_transaction(db, second.id).rows == 2
+    assert ids_of(table_rows(db)) == {0: [9], 1: [1, 2, 3, 4, 5, 8], 3: [6, 7]}
+    # the replaced directory of chunk 1 and the areas go; the data stays (hard links)
+    trash = pipeline.get_trash(db)
+    assert old[1] in trash and old[3] not in trash
+    assert all(os.path.basename(t).startswith(("part-", ".ingest-")) for t in trash)
+    pipeline.collect_garbage(db)
+    assert not os.path.exists(old[1])
+    assert ids_of(table_rows(db)) == {0: [9], 1: [1, 2, 3, 4, 5, 8], 3: [6, 7]}
+    # publish: now readers and operations see it
+    with pytest.raises(DatabaseNotPublished):
+        pipeline.get_table(db, "sky", "obj")
+    assert ingest.publish_database(db, "sky").published
+    assert table_partitions(db, "sky.obj") == ["0", "1", "3"]
+    assert [d.name for d in pipeline.list_databases(db)] == ["sky"]
+    assert [t.state for t in ingest.list_transactions(db, "sky")] == ["FINISHED", "FINISHED"]
+    assert jobs.get_jobs(db, ingest.LOAD_TYPE) == []  # load jobs are dropped at the end
+
+
+def test_same_chunk_in_two_open_transactions_keeps_both(sky, tmp_path):
+    db = sky
+    first, second = ingest.begin_transaction(db, "sky"), ingest.begin_transaction(db, "sky")
+    with running(worker(db)):
+        ingest.load_chunk(db, first.id, "obj", 2, write(tmp_path, "a.csv", obj_rows([1, 2], 2)), wait=True)
+        ingest.load_chunk(db, second.id, "obj", 2, write(tmp_path, "b.csv", obj_rows([3], 2)), wait=True)
+    ingest.end_transaction(db, second.id)
+    ingest.end_transaction(db, first.id)
+    assert ids_of(table_rows(db)) == {2: [1, 2, 3]}
+
+
+def test_placement_is_stable_under_concurrent_requests(sky):
+    db = sky
+    for name in ("w1", "w2", "w3"):
+        ingest.register_worker(db, name, threads=4)
+    txn = ingest.begin_transaction(db, "sky")
+    assert txn.hints == ingest.Hints(3, 4, ("w1", "w2", "w3"))
+    answers, errors = [], []
+    start = threading.Barrier(8)
+
+    def ask(chunk):
+        try:
+            start.wait()
+            answers.append((chunk, ingest.chunk_placement(db, txn.id, chunk).worker))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(c,)) for c in (2, 2, 2, 2, 2, 0, 1, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    assert not errors, errors
+    placed = dict(answers)
+    assert {w for c, w in answers if c == 2} == {placed[2]}  # one answer for chunk 2
+    assert len(set(placed.values())) == 3  # 4 chunks spread over 3 workers
+    assert all(ingest.chunk_placement(db, txn.id, c).worker == w for c, w in placed.items())
+    # a new database puts the same chunk numbers on the same workers (collocation)
+    ingest.register_database(db, "sky2", chunks=4, location=str(pipeline.get_database(db, "sky").location) + "2")
+    other = ingest.begin_transaction(db, "sky2")
+    assert {c: ingest.chunk_placement(db, other.id, c).worker for c in placed} == placed
+
+
+# --- prerequisites -------------------------------------------------------------------------
+
+
+def test_register_prerequisites(sky, tmp_path, commit_version):
+    db = sky
+    same = nothing_written(commit_version)
+    with pytest.raises(DatabaseExists):
+        ingest.register_database(db, "sky", chunks=2)
+    with pytest.raises(DatabaseNotFound):
+        ingest.register_table(db, "nope", "t", FILTERS)
+    with pytest.raises(TableExists):
+        ingest.register_table(db, "sky", "obj", OBJ, chunk_column="chunk")
+    with pytest.raises(ValueError, match="integer"):
+        ingest.register_table(db, "sky", "t", FILTERS, chunk_column="band")
+    assert same()
+    pipeline.create_database(db, "plain", location=str(tmp_path / "plain"))
+    same = nothing_written(commit_version)
+    with pytest.raises(DatabaseNotFound, match="not registered for ingest"):
+        ingest.register_table(db, "plain", "t", FILTERS)
+    with pytest.raises(DatabaseNotFound, match="not registered for ingest"):
+        ingest.begin_transaction(db, "plain")
+    with pytest.raises(DatabaseNotFound):
+        ingest.begin_transaction(db, "nope")
+    assert same()
+    txn = ingest.begin_transaction(db, "sky")
+    same = nothing_written(commit_version)
+    with pytest.raises(TransactionsOpen, match=str(txn.id)):
+        ingest.register_table(db, "sky", "t", FILTERS)
+    with pytest.raises(TransactionsOpen):
+        ingest.publish_database(db, "sky")
+    assert same()
+    ingest.end_transaction(db, txn.id, commit=False)
+    ingest.publish_database(db, "sky")
+    same = nothing_written(commit_version)
+    with pytest.raises(DatabasePublished):
+        ingest.publish_database(db, "sky")
+    with pytest.raises(DatabasePublished):
+        ingest.begin_transaction(db, "sky")
+    with pytest.raises(DatabasePublished):
+        ingest.register_table(db, "sky", "t", FILTERS)
+    assert same()
+    assert issubclass(DatabasePublished, IngestError) and issubclass(IngestError, PipelineError)
+
+
+def test_placement_and_load_prerequisites(sky, tmp_path, commit_version):
+    db = sky
+    good = write(tmp_path, "good.csv", obj_rows([1], 1))
+    pipeline.create_database(db, "other", location=str(tmp_path / "other"))
+    pipeline.create_table(db, "other", "t", FILTERS)
+    txn = ingest.begin_transaction(db, "sky")
+    same = nothing_written(commit_version)
+    with pytest.raises(NoIngestWorkers):
+        ingest.chunk_placement(db, txn.id, 0)
+    ingest.register_worker(db, "w1")
+    same = nothing_written(commit_version)
+    with pytest.raises(TransactionNotFound):
+        ingest.chunk_placement(db, 99, 0)
+    with pytest.raises(InvalidChunk, match="0..3"):
+        ingest.chunk_placement(db, txn.id, 4)
+    with pytest.raises(InvalidChunk):
+        ingest.chunk_placement(db, txn.id, -1)
+    with pytest.raises(TransactionNotFound):
+        ingest.load_chunk(db, 99, "obj", 1, good)
+    with pytest.raises(TableNotFound):
+        ingest.load_chunk(db, txn.id, "nope", 1, good)
+    with pytest.raises(TableNotFound):
+        ingest.load_chunk(db, txn.id, "t", 0, good)  # a table of another database
+    with pytest.raises(InvalidChunk, match="partitioned"):
+        ingest.load_chunk(db, txn.id, "obj", 4, good)
+    with pytest.raises(InvalidChunk, match="regular"):
+        ingest.load_chunk(db, txn.id, "filters", 1, good)
+    with pytest.raises(LoadFileError):
+        ingest.load_chunk(db, txn.id, "obj", 1, str(tmp_path / "missing.csv"))
+    with pytest.raises(ValueError, match="absolute"):
+        ingest.load_chunk(db, txn.id, "obj", 1, "relative.csv")
+    with pytest.raises(ValueError, match="format"):
+        ingest.load_chunk(db, txn.id, "obj", 1, good.replace(".csv", ".dat"))
+    with pytest.raises(TransactionNotFound):
+        ingest.end_transaction(db, 99)
+    assert same()
+    # a pending load: the end is refused, nothing is written
+    ingest.load_chunk(db, txn.id, "obj", 1, good)
+    same = nothing_written(commit_version)
+    with pytest.raises(LoadsInProgress, match="pending"):
+        ingest.end_transaction(db, txn.id)
+    assert same()
+    # an ended transaction takes nothing more
+    ingest.end_transaction(db, txn.id, commit=False)
+    same = nothing_written(commit_version)
+    for call in (lambda: ingest.chunk_placement(db, txn.id, 0), lambda: ingest.load_chunk(db, txn.id, "obj", 1, good),
+                 lambda: ingest.end_transaction(db, txn.id), lambda: ingest.end_transaction(db, txn.id, commit=False)):
+        with pytest.raises(TransactionStateError, match="ABORTED"):
+            call()
+    assert same()
+
+
+# --- abort ---------------------------------------------------------------------------------
+
+
+def test_abort_leaves_nothing_behind(sky, tmp_path):
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    with running(worker(db)):
+        ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1, 2], 1)), wait=True)
+        ingest.load_chunk(db, txn.id, "filters", 0, write(tmp_path, "f.csv", "u,1\n"), wait=True)
+    pending = ingest.load_chunk(db, txn.id, "obj", 2, write(tmp_path, "b.csv", obj_rows([3], 2)))
+    obj = pipeline.get_table(db, "sky", "obj", published_only=False)
+    area = os.path.join(obj.location, f".ingest-{txn.id}")
+    assert len(os.listdir(area)) == 1
+    aborted = ingest.end_transaction(db, txn.id, commit=False)
+    assert aborted.state == "ABORTED" and aborted.ended is not None
+    with pytest.raises(jobs.NotFound):
+        pending.result(DEADLINE)  # its pending load was removed
+    assert jobs.get_jobs(db, ingest.LOAD_TYPE) == []
+    assert table_rows(db) == {} and table_rows(db, "filters") == {}
+    assert pipeline.get_partitions(db, obj, staged=True) == []
+    assert area in pipeline.get_trash(db)
+    pipeline.collect_garbage(db)
+    assert pipeline.get_trash(db) == []
+    for table in ("obj", "filters"):
+        location = pipeline.get_table(db, "sky", table, published_only=False).location
+        assert not os.path.exists(location) or os.listdir(location) == []
+    ingest.publish_database(db, "sky")  # no transaction open any more
+
+
+# --- malformed rows ------------------------------------------------------------------------
+
+
+def test_malformed_rows_are_reported_with_file_and_line(sky, tmp_path):
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    text = ("1,1,0.5,a\n"
+            "2,1,zero,b\n"          # line 2: ra is not a number
+            "3,1,0.5\n"             # line 3: 3 fields
+            "\\N,1,0.5,c\n"         # line 4: id NULL
+            "5,2,0.5,d\n"           # line 5: another chunk
+            "6,1,0.5,\"multi\nline\"\n"  # lines 6-7: fine
+            "9999999999999999999999,1,1,e\n")  # line 8: out of range
+    bad = write(tmp_path, "bad.csv", text)
+    with running(worker(db)):
+        with pytest.raises(LoadFailed) as caught:
+            ingest.load_chunk(db, txn.id, "obj", 1, bad, wait=True)
+        message = str(caught.value)
+        assert "5 malformed row(s)" in message and caught.value.error["type"] == "MalformedRows"
+        for line, reason in [(2, "column ra: 'zero' is not a number"), (3, "has 3 fields, expected 4"),
+                             (4, "column id is NULL"), (5, "column chunk is 2, but this file loads chunk 1"),
+                             (8, "column id: '9999999999999999999999' is out of range for bigint")]:
+            assert f"{bad}:{line}: {reason}" in message, message
+        assert ":6:" not in message and ":7:" not in message
+        obj = pipeline.get_table(db, "sky", "obj", published_only=False)
+        assert not os.path.exists(os.path.join(obj.location, f".ingest-{txn.id}")) or \
+            os.listdir(os.path.join(obj.location, f".ingest-{txn.id}")) == []
+        # fixed, the same file loads: a failed load runs again
+        with open(bad, "w") as out:
+            out.write("1,1,0.5,a\n6,1,0.5,\"multi\nline\"\n")
+        assert ingest.load_chunk(db, txn.id, "obj", 1, bad, wait=True).result(0)["rows"] == 2
+    assert ingest.end_transaction(db, txn.id).rows == 2
+    assert table_rows(db)[1][1]["name"] == "multi\nline"
+
+
+def test_write_piece_types_and_reasons(tmp_path):
+    from pipeline.schema import columns
+
+    cols = columns([
+        {"name": "b", "type": "boolean"}, {"name": "d", "type": "decimal(5,2)", "nullable": False},
+        {"name": "day", "type": "date"}, {"name": "ts", "type": "timestamp"},
+        {"name": "nt", "type": "timestamp_ntz"}, {"name": "raw", "type": "binary"},
+        {"name": "f", "type": "float"}, {"name": "s", "type": "tinyint"},
+    ])
+    src = tmp_path / "t.tsv"
+    src.write_bytes(
+        b"b\td\tday\tts\tnt\traw\tf\ts\n"
+        b"true\t123.45\t2024-02-29\t2024-01-01T10:00:00+02:00\t2024-01-01 10:00:00\tcafe\t1.5\t-128\n"
+        b"\\N\t-1\t\t\t\t\t\t\\N\n"
+        b"maybe\t1\t2024-01-01\t\t\t\t\t1\n"
+        b"t\t1234.5\t\t\t\t\t\t1\n"
+        b"t\t1.234\t\t\t\t\t\t1\n"
+        b"t\t1\t2023-02-29\t\t\t\t\t1\n"
+        b"t\t1\t\t\t2024-01-01T00:00:00Z\t\t\t1\n"
+        b"t\t1\t\t\t\tzz\t\t1\n"
+        b"t\t1\t\t\t\t\t1e39\t1\n"
+        b"t\t1\t\t\t\t\t\t128\n"
+        b"t\t\\N\t\t\t\t\t\t1\n"
+        b"t\t1\t\t\t\t\t\t\xff\n"
+        b"\n"
+    )
+    with pytest.raises(MalformedRows) as caught:
+        write_piece(str(src), str(tmp_path / "out" / "p.parquet"), cols, fmt="tsv", header=True)
+    reasons = dict(caught.value.rows)
+    assert sorted(reasons) == list(range(4, 15)) and caught.value.count == 11
+    assert "not a boolean" in reasons[4] and "integer digits" in reasons[5] and "fraction digits" in reasons[6]
+    assert "not a date" in reasons[7] and "time zone" in reasons[8] and "hexadecimal" in reasons[9]
+    assert "out of range for float" in reasons[10] and "out of range for tinyint" in reasons[11]
+    assert "NOT NULL" in reasons[12] and "UTF-8" in reasons[13] and "blank line" in reasons[14]
+    assert not os.path.exists(tmp_path / "out" / "p.parquet") and os.listdir(tmp_path / "out") == []
+    # the good rows alone
+    lines = src.read_bytes().split(b"\n")
+    src.write_bytes(b"\n".join(lines[1:3]) + b"\n")
+    piece = write_piece(str(src), str(tmp_path / "out" / "p.parquet"), cols, fmt="tsv")
+    rows = pq.read_table(piece.file).to_pylist()
+    assert piece.rows == 2 and rows[0]["ts"].isoformat() == "2024-01-01T08:00:00+00:00"
+    assert rows[0]["raw"] == b"\xca\xfe" and str(rows[0]["d"]) == "123.45" and rows[0]["s"] == -128
+    assert rows[1] == {"b": None, "d": rows[1]["d"], "day": None, "ts": None, "nt": None, "raw": b"", "f": None,
+                       "s": None}
+    bad_quote = tmp_path / "q.csv"
+    bad_quote.write_text('1,"abc"x\n')
+    with pytest.raises(MalformedRows, match=r"q.csv:1: cannot be parsed as CSV"):
+        write_piece(str(bad_quote), str(tmp_path / "out" / "q.parquet"), columns([{"name": "a", "type": "string"},
+                                                                                  {"name": "b", "type": "string"}]),
+                    fmt="csv")
+
+
+# --- idempotency and fencing ---------------------------------------------------------------
+
+
+def test_loading_the_same_file_again_is_the_same_load(sky, tmp_path, commit_version):
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    path = write(tmp_path, "a.csv", obj_rows([1, 2, 3], 1))
+    with running(worker(db)):
+        first = ingest.load_chunk(db, txn.id, "obj", 1, path, wait=True)
+        same = nothing_written(commit_version)
+        again = ingest.load_chunk(db, txn.id, "obj", 1, path, wait=True)
+        assert same()  # finished already: nothing enqueued
+        assert again.job_id == first.job_id and again.result(0) == first.result(0)
+        assert jobs.get_job_state(db, ingest.LOAD_TYPE, first.job_id) == "finished"
+    assert ingest.end_transaction(db, txn.id).rows == 3
+    assert ids_of(table_rows(db)) == {1: [1, 2, 3]}
+
+
+def test_a_load_that_lost_its_job_registers_nothing(sky, tmp_path):
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    inner = ingest.load_handler(db)
+    written, release = threading.Event(), threading.Event()
+    seen = []
+
+    def stalled(ctx):
+        result = inner(ctx)  # the piece is written and its registration queued (on_commit)
+        seen.append(result["file"])
+        written.set()
+        while not release.is_set():
+            time.sleep(0.01)
+        return result
+
+    p = Processor(db)
+    p.handler(ingest.LOAD_TYPE, timeout=5)(stalled)
+    ingest.register_worker(db, "w1")
+    with running(p):
+        future = ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1, 2], 1)))
+        assert written.wait(DEADLINE)
+        jobs.remove(db, ingest.LOAD_TYPE, future.job_id)  # the job is taken away while it runs
+        assert wait_until(lambda: p.stats["halted"] >= 1)
+        release.set()
+        with pytest.raises(jobs.NotFound):
+            future.result(DEADLINE)
+    assert os.path.exists(seen[0])  # its file exists, unregistered
+    ended = ingest.end_transaction(db, txn.id)
+    assert (ended.rows, ended.files) == (0, 0) and table_rows(db) == {}
+    assert os.path.dirname(seen[0]) in pipeline.get_trash(db)
+    pipeline.collect_garbage(db)
+    assert not os.path.exists(seen[0])
+
+
+def test_public_names():
+    for name in ingest.__all__:
+        assert hasattr(ingest, name), name
+
+
+# --- Spark reads what ingest wrote (one test) ----------------------------------------------
+
+
+def test_spark_reads_ingested_chunks(tmp_path):
+    try:
+        spark = pipeline.spark_session(app_name="fdb-jobs-tests")
+    except SparkUnavailable as exc:
+        pytest.skip(f"Spark is not available here: {exc}")
+    db = jobs.open("sqlite:" + str(tmp_path / "jobs.sqlite"))
+    try:
+        cols = OBJ + [{"name": "seen", "type": "timestamp"}, {"name": "day", "type": "date"},
+                      {"name": "mag", "type": "decimal(6,3)"}, {"name": "flag", "type": "boolean"},
+                      {"name": "local", "type": "timestamp_ntz"}, {"name": "small", "type": "smallint"}]
+        ingest.register_database(db, "sky", chunks=2, location=str(tmp_path / "data"))
+        ingest.register_table(db, "sky", "obj", cols, chunk_column="chunk")
+        txn = ingest.begin_transaction(db, "sky")
+        rows = "".join(f"{i},1,{i / 4},n{i},2024-05-0{i}T12:00:00,2024-05-0{i},{i}.125,{i % 2},"
+                       f"2024-05-0{i} 01:02:03,{i}\n" for i in range(1, 4))
+        with running(worker(db)):
+            ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", rows), wait=True)
+            ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "b.csv", "4,1,\\N,\\N,\\N,\\N,\\N,\\N,\\N,\\N\n"),
+                              wait=True)
+        ingest.end_transaction(db, txn.id)
+        ingest.publish_database(db, "sky")
+        table = pipeline.get_table(db, "sky", "obj")
+        [part] = pipeline.get_partitions(db, table)
+        frame = pipeline.read_partition(spark, part.location, columns=table)
+        got = sorted(frame.collect(), key=lambda r: r["id"])
+        assert part.rows == 4 and [r["id"] for r in got] == [1, 2, 3, 4]
+        assert got[0]["mag"] is not None and str(got[0]["mag"]) == "1.125" and got[1]["flag"] is False
+        assert str(got[2]["day"]) == "2024-05-03" and got[3]["seen"] is None and got[0]["small"] == 1
+        assert str(got[0]["local"]) == "2024-05-01 01:02:03"
+    finally:
+        db.close()
+        pipeline.stop_spark_session()
+
+
+def test_client_calls_are_idempotent_under_injected_faults(db, tmp_path):
+    """Every client call retried after commit_unknown_result (committed or not) and
+    conflicts: one database, one table, two transactions, each row published once."""
+    from jobs.engine.faults import FaultInjectingDatabase
+
+    faulty = FaultInjectingDatabase(db, conflict=0.15, unknown_committed=0.3, unknown_not_committed=0.15, seed=11)
+    ingest.register_database(faulty, "sky", chunks=4, location=str(tmp_path / "data"))
+    ingest.register_table(faulty, "sky", "obj", OBJ, chunk_column="chunk")
+    ingest.register_worker(faulty, "w1")
+    with running(worker(db)):
+        for n in range(2):
+            txn = ingest.begin_transaction(faulty, "sky")
+            assert ingest.chunk_placement(faulty, txn.id, 1).worker == "w1"
+            for part in range(3):
+                path = write(tmp_path, f"t{n}-{part}.csv", obj_rows([n * 10 + part], 1))
+                ingest.load_chunk(faulty, txn.id, "obj", 1, path).result(DEADLINE)
+            assert ingest.end_transaction(faulty, txn.id).rows == 3
+        aborted = ingest.begin_transaction(faulty, "sky")
+        ingest.load_chunk(faulty, aborted.id, "obj", 2, write(tmp_path, "x.csv", obj_rows([99], 2))).result(DEADLINE)
+        assert ingest.end_transaction(faulty, aborted.id, commit=False).state == "ABORTED"
+    assert [t.id for t in ingest.list_transactions(db)] == [1, 2, 3]
+    assert ingest.publish_database(faulty, "sky").published
+    assert ids_of(table_rows(db)) == {1: [0, 1, 2, 10, 11, 12]}
+    assert faulty.injected  # faults did happen
