@@ -7,12 +7,15 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 600
 
-.PHONY: test demo install clean
+.PHONY: test demo demo-queue install clean
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
 
 demo: $(STAMP)
+	$(VENV)/bin/python -m pipeline.demo $(DEMO_ARGS)
+
+demo-queue: $(STAMP)
 	$(VENV)/bin/python -m jobs.demo $(DEMO_ARGS)
 
 install: $(STAMP)

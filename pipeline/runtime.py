@@ -11,7 +11,7 @@ partitions (ids ``"0"``, ``"1"``, ...).
 from __future__ import annotations
 
 from processors import Processor
-from processors.operations import Operations
+from processors.operations import WORKER, Operations
 
 from . import catalog
 from .frames import split_name
@@ -24,24 +24,32 @@ def table_partitions(tr, qualified: str) -> list[str]:
     return [str(p.pid) for p in catalog.get_partitions(tr, table)]
 
 
-def operations(db) -> Operations:
-    """Operations over catalog tables, with every provisioned kind registered."""
+def operations(db, *, job_timeout: float | None = None) -> Operations:
+    """Operations over catalog tables, with every provisioned kind registered
+    (``job_timeout``: the type timeout of their jobs, instead of each kind's default)."""
     ops = Operations(db, table_partitions)
     for kind in provisioned(db):
+        if job_timeout is not None:
+            kind.job_timeout = job_timeout
         ops.register(kind)
     return ops
 
 
 def provisioned(db) -> list:
     """The operation kinds the pipeline provides (validate, build index, CTAS)."""
+    from .ctas import CreateTableAs
     from .index import BuildIndex
     from .validate import Validate
 
-    return [Validate(db), BuildIndex(db)]
+    return [Validate(db), BuildIndex(db), CreateTableAs(db)]
 
 
-def processor(db, **kwargs) -> Processor:
-    """A Processor running every provisioned operation's jobs and coordinators."""
+def processor(db, *, job_timeout: float | None = None, **kwargs) -> Processor:
+    """A Processor running every provisioned operation's jobs and coordinators (and the
+    ingest loads).  ``kwargs`` go to Processor."""
+    from . import ingest
+
     p = Processor(db, **kwargs)
-    operations(db).attach(p)
+    operations(db, job_timeout=job_timeout).attach(p)
+    ingest.attach(p, worker=WORKER.replace(":", "-"))  # (host-pid: one ingest worker per process)
     return p

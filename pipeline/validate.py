@@ -10,7 +10,8 @@ Constraints (each a SQL condition that a row violates when it is TRUE):
 
 One job per partition, volatile (a re-run starts over), which can fail: a partition with
 violations fails with a report (rows checked, violations per constraint, up to
-``sample`` violating rows per constraint), and the operation fails with it.  Reports are
+``sample`` violating rows per constraint), and the operation fails once every partition
+was checked (not fail-fast: the report covers the whole table).  Reports are
 in the operation's status (``results``).
 """
 
@@ -78,6 +79,7 @@ class Validate(Operation):
     concurrent = True
     compatible_with = frozenset({"build_index"})
     can_fail = True
+    fail_fast = False  # every partition is checked: the report is complete
     resumable = False
     job_timeout = 120.0
 

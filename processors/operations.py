@@ -71,13 +71,15 @@ class Operation:
 
     ``concurrent``: several instances may run on one table at once; ``compatible_with``:
     other operation types that may run beside it (either side declaring it is enough);
-    ``can_fail``: its jobs may finish unsuccessfully (JobFailed); ``resumable``: a job that
+    ``can_fail``: its jobs may finish unsuccessfully (JobFailed); ``fail_fast``: the first
+    failed job stops the others (else they all run and report); ``resumable``: a job that
     is started again gets the progress it saved, else it starts over."""
 
     type: str = ""
     concurrent: bool = False
     compatible_with: frozenset = frozenset()
     can_fail: bool = True
+    fail_fast: bool = True  # a failed job stops the others (False: all run, for a full report)
     resumable: bool = False
     job_timeout: float = 60.0  # type timeout of its partition jobs (heartbeats keep them)
     retry: Retry = Retry(max_attempts=3, backoff=1.0)  # unexpected errors, per partition job
@@ -251,7 +253,8 @@ class Operations:
             next_key = OPS.pack((table, type, "next"))
             instance = _read(tr, next_key, 1)
             tr.set(next_key, _dumps(instance + 1))
-            record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None}
+            record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
+                      "fail_fast": op.fail_fast}
             tr.set(_op_key(table, type, instance), _dumps(record))
             entry = {"type": type, "instance": instance, "concurrent": op.concurrent,
                      "compatible_with": sorted(op.compatible_with)}
@@ -428,9 +431,10 @@ def _mark_job(tr, table: str, type: str, instance: int, part: str, success: bool
         return  # already completed elsewhere: ignore, as the seed says
     tr.set(key, _dumps({"state": "success" if success else "failed", "result": result, "at": time.time(),
                         "ran_on": list(ran_on)}))
-    if not success:  # the operation fails: stop the other jobs now, free their slots
+    fail_now = not success and record.get("fail_fast", True)
+    if fail_now:  # the operation fails: stop the other jobs now, free their slots
         _stop_jobs(tr, table, type, instance, record)
-    if not success or len(_outcomes(tr, table, type, instance)) == len(record["partitions"]):
+    if fail_now or len(_outcomes(tr, table, type, instance)) == len(record["partitions"]):
         _enqueue_coordinator(tr, table, type, instance)
 
 

@@ -243,3 +243,18 @@ def test_bad_input(db, ops):
     with pytest.raises(TimeoutError):
         ops.wait_operation("db.t", "count", ops.start_operation("count", "db.t"), timeout=0.05)
     assert ops.running_operations(db, "db.empty") == []
+
+
+def test_an_operation_that_is_not_fail_fast_runs_every_job_before_failing(db, ops):
+    class Survey(Recorder):
+        type = "survey"
+        fail_fast = False
+
+    op = ops.register(Survey())
+    op.fail = {"p0", "p2"}
+    with running(processor_for(db, ops), concurrency=2):
+        instance = ops.start_operation("survey", "db.t")
+        status = ops.wait_operation("db.t", "survey", instance, timeout=DEADLINE)
+    assert status.state == "failed"
+    assert status.partitions == {"p0": "failed", "p1": "success", "p2": "failed", "p3": "success"}
+    assert sorted(op.ran) == TABLES["db.t"] and sorted(op.cleaned) == ["p0", "p2"]

@@ -75,9 +75,9 @@ def test_validate_reports_violations_and_fails(store):
         for name, count in report["violations"].items():
             found[name] = found.get(name, 0) + count
             assert 1 <= len(report["samples"][name]) <= count
-    # partitions stopped early (fail-fast) may not report theirs: what is reported is right
-    expected = {"qty CHECK (qty >= 0)": 1, "name NOT NULL": 1, "qty fits smallint": 1}
-    assert found and all(expected[k] == v for k, v in found.items())
+    # every partition was checked (not fail-fast): the report is the whole table's
+    assert found == {"qty CHECK (qty >= 0)": 1, "name NOT NULL": 1, "qty fits smallint": 1}
+    assert set(status.partitions.values()) <= {"success", "failed"}
     sample = next(iter(failed.values()))["samples"]
     assert all(isinstance(row, dict) and "id" in row for rows in sample.values() for row in rows)
 
