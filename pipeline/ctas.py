@@ -629,14 +629,16 @@ class CreateTableAs(Operation):
             return record
 
         record = run(self.db, body)
-        if record["state"] == "committed":
-            dbname, name = split_name(table)
-            try:
-                current = catalog.get_table(self.db, dbname, name, published_only=False)
-            except CatalogError:
-                return
-            if current.id == arg["table_id"]:
-                sweep_attempts(self.db, current, arg["id"])
+        if record["state"] != "committed":
+            return False  # the operation ends failed: no table was committed
+        dbname, name = split_name(table)
+        try:
+            current = catalog.get_table(self.db, dbname, name, published_only=False)
+        except CatalogError:
+            return True
+        if current.id == arg["table_id"]:
+            sweep_attempts(self.db, current, arg["id"])
+        return True
 
 
 def _span(space: Subspace) -> tuple[bytes, bytes]:

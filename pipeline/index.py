@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 
 import orjson
 
@@ -57,17 +58,23 @@ def build_index(db, ops, qualified: str, column: str, name: str) -> int:
     operation's instance id.  Raises IndexExists, ValueError for an unknown column, and
     OperationRefused (an incompatible operation runs on the table)."""
 
+    nonce = uuid.uuid4().hex  # recognises this call's own commit behind commit_unknown_result
+
     def body(tr):
         dbname, tname = split_name(qualified)
         table = catalog.get_table(tr, dbname, tname)
         if column not in {c.name for c in table.columns}:
             raise ValueError(f"table {qualified} has no column {column!r}")
         old = get_index(tr, qualified, name)
+        if old is not None and old.get("nonce") == nonce:
+            return old["instance"]
         if old is not None and old["state"] != "failed":
             raise IndexExists(f"index {name!r} on {qualified} already exists ({old['state']})")
-        record = {"column": column, "table_id": table.id, "state": "building", "since": time.time()}
+        instance = ops.start_operation("build_index", qualified, {"column": column, "name": name}, tr=tr)
+        record = {"column": column, "table_id": table.id, "state": "building", "since": time.time(),
+                  "instance": instance, "nonce": nonce}
         tr.set(_key(qualified, name), orjson.dumps(record))
-        return ops.start_operation("build_index", qualified, {"column": column, "name": name}, tr=tr)
+        return instance
 
     return run(db, body)
 

@@ -80,7 +80,7 @@ import jobs
 from jobs.checks import ArgumentTypeError
 from jobs.engine import Subspace
 from jobs.engine import tuple as fdb_tuple
-from jobs.engine.transactional import is_database, run
+from jobs.engine.transactional import is_database, within
 from processors import Retry, TaskFailed, TaskFuture
 
 from . import catalog, ingest_files, layout, schema
@@ -245,11 +245,13 @@ def _check_layout(tr) -> None:
 
 
 def _in(tr, fn):
+    """``fn(tr)`` joining ``tr`` or in its own transaction, the ingest layout checked first."""
+
     def body(tr):
         _check_layout(tr)
         return fn(tr)
 
-    return run(tr, body) if is_database(tr) else body(tr)
+    return within(tr, body)
 
 
 def _tid(value) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 
 import orjson
 
@@ -93,9 +94,11 @@ class Operation:
         """Undo what a job of ``partition`` may have left (idempotent; may run for a
         partition whose job never started)."""
 
-    def complete_operation(self, arg, table: str, success: bool, results: dict) -> None:
+    def complete_operation(self, arg, table: str, success: bool, results: dict) -> bool | None:
         """Run once all jobs succeeded (``success``) or the operation failed or was
-        cancelled; ``results``: partition -> {state, result}.  Idempotent."""
+        cancelled; ``results``: partition -> {state, result}.  Idempotent.  Returning
+        False when ``success`` ends the operation failed all the same (e.g. a commit that
+        turned out impossible)."""
 
 
 class JobContext:
@@ -238,8 +241,12 @@ class Operations:
         op = self._kind(type)
         checks.name(table, "table")
         _dumps(arg)  # not JSON: TypeError now, not in a worker
+        nonce = uuid.uuid4().hex
+        drawn: list[int] = []  # the instance an attempt took: its commit may have happened (1021)
 
         def body(tr):
+            if drawn and (_read(tr, _op_key(table, type, drawn[0])) or {}).get("nonce") == nonce:
+                return drawn[0]  # an earlier attempt of this call committed
             running = _read(tr, _run_key(table), [])
             for other in running:
                 if not _compatible(op, other):
@@ -253,8 +260,9 @@ class Operations:
             next_key = OPS.pack((table, type, "next"))
             instance = _read(tr, next_key, 1)
             tr.set(next_key, _dumps(instance + 1))
+            drawn[:] = [instance]
             record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
-                      "fail_fast": op.fail_fast}
+                      "fail_fast": op.fail_fast, "nonce": nonce}
             tr.set(_op_key(table, type, instance), _dumps(record))
             entry = {"type": type, "instance": instance, "concurrent": op.concurrent,
                      "compatible_with": sorted(op.compatible_with)}
@@ -403,7 +411,8 @@ class Operations:
                         op.cancel_job_and_cleanup(record["arg"], table, part)
             final = "cancelled" if cancelled else "failed" if failed else "success"
             results = {p: o for p, o in outcomes.items()}
-            op.complete_operation(record["arg"], table, final == "success", results)
+            if op.complete_operation(record["arg"], table, final == "success", results) is False:
+                final = "failed" if final == "success" else final
             ctx.on_commit(lambda tr: _close(tr, table, op.type, instance, final))
             return {"state": final}
 

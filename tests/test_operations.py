@@ -258,3 +258,18 @@ def test_an_operation_that_is_not_fail_fast_runs_every_job_before_failing(db, op
     assert status.state == "failed"
     assert status.partitions == {"p0": "failed", "p1": "success", "p2": "failed", "p3": "success"}
     assert sorted(op.ran) == TABLES["db.t"] and sorted(op.cleaned) == ["p0", "p2"]
+
+
+def test_start_operation_is_safe_to_retry_after_an_unknown_commit_result(db, ops, engine_name):
+    """Every commit reports 1021 after really committing: the start's retry must find its
+    own operation, not refuse it (non-concurrent) or start a second one."""
+    from jobs.engine.faults import FaultInjectingDatabase
+
+    if engine_name == "fdb":
+        pytest.skip("fault injection wraps the embedded engines here")
+    ops.register(Recorder())
+    faulty = Operations(FaultInjectingDatabase(db, unknown_committed=1.0, seed=3), partitions)
+    faulty.register(Recorder())
+    assert faulty.start_operation("count", "db.t") == 1
+    assert [(r["type"], r["instance"]) for r in ops.running_operations(db, "db.t")] == [("count", 1)]
+    assert len(jobs.get_jobs(db, partition_type("count"))) == len(TABLES["db.t"])
