@@ -5,8 +5,8 @@ timeout T, remembering when (on its own monotonic clock) it took each sample.  A
 job whose activity key is at or before a sample taken at least T ago has not been updated
 for at least T, whatever the clocks of the workers' machines say; it is made pending again
 (lock dropped, scheduled time and data kept) and its old worker gets ``Halt``.  With
-samples every T/4 a job is re-enqueued between T and about 1.5 T after its last update
-(couch_jobs' single remembered stamp gives T to 2 T).  Several monitors over one store are
+samples every T/4, and at least every 0.5 s, a job is re-enqueued between T and
+min(1.5 T, T + 1 s) after its last update (couch_jobs' single remembered stamp gives T to 2 T).  Several monitors over one store are
 harmless: re-enqueueing is a transaction that re-checks each job's lock.
 """
 
@@ -30,7 +30,9 @@ from .batching import AdaptiveBatch, jittered
 log = logging.getLogger("monitor")
 
 CHECKS_PER_TIMEOUT = 4
-MIN_INTERVAL, MAX_INTERVAL = 0.05, 5.0
+# At most half a second between samples, whatever the timeout: a job is re-enqueued at
+# most about one second after its timeout ran out (one sample late, one pass late).
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
 
