@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 
 from .errors import LoadFileError, MalformedRows
+from .partition_files import fsync_path
 from .schema import Column
 
 __all__ = ["FORMATS", "Piece", "assemble", "data_files", "file_format", "write_piece"]
@@ -352,9 +353,9 @@ def write_piece(
             flush()
         writer.close()
         writer = None
-        _fsync(tmp)
+        fsync_path(tmp)
         os.rename(tmp, target)
-        _fsync(directory)
+        fsync_path(directory)
         return Piece(target, rows, os.path.getsize(target))
     except OSError as exc:
         raise LoadFileError(f"writing the rows of {source!r} to {target!r} failed: {exc}") from exc
@@ -398,16 +399,9 @@ def assemble(location: str, base: str | None, pieces: dict[str, str]) -> tuple[i
             os.link(path, dest)
         except OSError:
             shutil.copyfile(path, dest)
-            _fsync(dest)
+            fsync_path(dest)
         size += os.path.getsize(dest)
-    _fsync(location)
-    _fsync(os.path.dirname(location))
+    fsync_path(location)
+    fsync_path(os.path.dirname(location))
     return len(sources), size
 
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -66,11 +66,12 @@ def _fsync_tree(directory: str) -> None:
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if os.path.isfile(path):
-            _fsync(path)
-    _fsync(directory)
+            fsync_path(path)
+    fsync_path(directory)
 
 
-def _fsync(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """Flush a file or directory to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -173,7 +174,7 @@ def _swap(tmp: str, location: str, overwrite: bool) -> None:
         if os.path.lexists(location):
             raise PartitionDataExists(f"partition directory {location!r} appeared while writing it") from exc
         raise
-    _fsync(parent)
+    fsync_path(parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -96,3 +96,18 @@ def app(db, engine_name):
     yield space
     if engine_name == "fdb":
         db.clear_range(r.start, r.stop)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole run (started by the first test that needs it, ~10 s),
+    stopped at the end; the test is skipped, with the reason, where Spark is unavailable."""
+    import pipeline
+    from pipeline.errors import SparkUnavailable
+
+    try:
+        session = pipeline.spark_session(app_name="fdb-jobs-tests")
+    except SparkUnavailable as exc:
+        pytest.skip(f"Spark is not available here: {exc}")
+    yield session
+    pipeline.stop_spark_session()

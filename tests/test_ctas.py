@@ -18,7 +18,7 @@ import jobs
 import pipeline
 from jobs.engine.faults import FaultInjectingDatabase
 from pipeline import ctas as pctas
-from pipeline.errors import CtasFailed, QueryError, SparkUnavailable, TableExists, TableNotFound
+from pipeline.errors import CtasFailed, QueryError, TableExists, TableNotFound
 from pipeline.partition_files import read_partition, write_partition
 from pipeline.runtime import table_partitions
 from processors import Processor
@@ -55,16 +55,6 @@ def expected_summary() -> dict:
         count, qty = out.get(name, (0, 0))
         out[name] = (count + 1, qty + i % 7)
     return out
-
-
-@pytest.fixture(scope="module")
-def spark():
-    try:
-        session = pipeline.spark_session(app_name="fdb-jobs-tests")
-    except SparkUnavailable as exc:
-        pytest.skip(f"Spark is not available here: {exc}")
-    yield session
-    pipeline.stop_spark_session()
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ from pipeline.errors import (
     MalformedRows,
     NoIngestWorkers,
     PipelineError,
-    SparkUnavailable,
     TableExists,
     TableNotFound,
     TransactionNotFound,
@@ -459,11 +458,7 @@ def test_public_names():
 # --- Spark reads what ingest wrote (one test) ----------------------------------------------
 
 
-def test_spark_reads_ingested_chunks(tmp_path):
-    try:
-        spark = pipeline.spark_session(app_name="fdb-jobs-tests")
-    except SparkUnavailable as exc:
-        pytest.skip(f"Spark is not available here: {exc}")
+def test_spark_reads_ingested_chunks(tmp_path, spark):
     db = jobs.open("sqlite:" + str(tmp_path / "jobs.sqlite"))
     try:
         cols = OBJ + [{"name": "seen", "type": "timestamp"}, {"name": "day", "type": "date"},
@@ -490,7 +485,6 @@ def test_spark_reads_ingested_chunks(tmp_path):
         assert str(got[0]["local"]) == "2024-05-01 01:02:03"
     finally:
         db.close()
-        pipeline.stop_spark_session()
 
 
 def test_client_calls_are_idempotent_under_injected_faults(db, tmp_path):

@@ -11,7 +11,6 @@ import pytest
 import jobs
 import pipeline
 from pipeline import index as pindex
-from pipeline.errors import SparkUnavailable
 from pipeline.partition_files import write_partition
 from pipeline.runtime import operations, processor
 from processors.operations import OperationRefused
@@ -24,16 +23,6 @@ COLUMNS = [
     {"name": "name", "type": "string", "nullable": False},
 ]
 BAD = {7: ("qty", -5), 19: ("name", None), 20: ("qty", 100_000)}  # id -> the bad value
-
-
-@pytest.fixture(scope="module")
-def spark():
-    try:
-        session = pipeline.spark_session(app_name="fdb-jobs-tests")
-    except SparkUnavailable as exc:
-        pytest.skip(f"Spark is not available here: {exc}")
-    yield session
-    pipeline.stop_spark_session()
 
 
 def _row(i):

@@ -103,17 +103,6 @@ def test_clean_temporaries_removes_only_old_leftovers(tmp_path):
 # --- with Spark -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """The process's session, shared by this module's tests, stopped at the end."""
-    try:
-        session = pipeline.spark_session(app_name="fdb-jobs-tests")
-    except SparkUnavailable as exc:
-        pytest.skip(f"Spark is not available here: {exc}")
-    yield session
-    pipeline.stop_spark_session()
-
-
 def _frame(spark, rows):
     from decimal import Decimal
 
