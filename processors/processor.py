@@ -371,6 +371,7 @@ class Processor:
         with run.lock:  # no heartbeat or hand-back in between
             if run.halted.is_set():
                 return False
+            run.finishing = True  # the lost-job watcher must not take our finish for a loss
             job = run.job
 
             def body(tr):
@@ -431,7 +432,7 @@ class Processor:
         while True:
             lost = await anyio.to_thread.run_sync(self._lost_jobs)
             for run in lost:
-                if not run.halted.is_set():
+                if not run.halted.is_set() and not run.finishing:  # (our own finish: not lost)
                     run.halt()
                     log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler",
                                 run.job.type, run.job.id)
