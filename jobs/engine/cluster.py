@@ -57,7 +57,7 @@ def load_bindings():
                     f"the fdb bindings were already loaded at API version {fdb.get_api_version()}, "
                     f"this package needs {API_VERSION}"
                 )
-            _accept_project_key_selectors(fdb.impl)
+            _adapt(fdb.impl)
             return fdb
         fdbapi.remove_impl_standin()
         try:
@@ -70,8 +70,28 @@ def load_bindings():
                 del fdb.impl
             fdbapi.install_impl_standin()  # keep fdb.tuple usable for the embedded engine
             raise StoreOpenError(f"cannot load the FoundationDB client library: {exc}; {CLIENT_HINT}") from exc
-        _accept_project_key_selectors(fdb.impl)
+        _adapt(fdb.impl)
         return fdb
+
+
+def _adapt(impl) -> None:
+    """Make the bindings serve the API subset the job layer is written against."""
+    _accept_project_key_selectors(impl)
+    _value_wait_returns_bytes(impl)
+
+
+def _value_wait_returns_bytes(impl) -> None:
+    """``tr.get(key).wait()`` is the value's bytes, or None for an absent key, as on the
+    embedded engine.  The bindings' ``Value.wait()`` returns the future itself, which is
+    never None, so every ``... .wait() is None`` test would see a missing key as present."""
+    if getattr(impl.Value.wait, "_jobs_patched", False):
+        return
+
+    def wait(self):
+        return self.value  # blocks until ready; bytes, or None when the key is absent
+
+    wait._jobs_patched = True
+    impl.Value.wait = wait
 
 
 def _accept_project_key_selectors(impl) -> None:

@@ -235,3 +235,24 @@ def test_real_bindings_accept_project_key_selectors():
     assert isinstance(sel, RealSelector) and (sel.key, sel.or_equal, sel.offset) == (b"k", True, 2)
     sel = TransactionRead()._to_selector(b"k")
     assert (sel.key, sel.or_equal, sel.offset) == (b"k", False, 1)
+
+
+def test_fdb_values_wait_to_bytes_or_none():
+    """The bindings' ``Value.wait()`` returns the future itself (never None); the fdb engine
+    adapts it so that ``tr.get(k).wait() is None`` means an absent key, as on every engine.
+    Checked on a stand-in of the bindings' class (no client library here)."""
+    import types
+
+    from jobs.engine import cluster
+
+    class Value:  # as fdb.impl.Value: ``value`` is the bytes or None; ``wait`` returns self
+        def __init__(self, value):
+            self.value = value
+
+        def wait(self):
+            return self
+
+    impl = types.SimpleNamespace(Value=Value)
+    cluster._value_wait_returns_bytes(impl)
+    cluster._value_wait_returns_bytes(impl)  # idempotent
+    assert Value(None).wait() is None and Value(b"x").wait() == b"x"
