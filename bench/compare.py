@@ -1,0 +1,432 @@
+"""Our job queue against Huey, RQ, Celery and Procrastinate, on this machine, in one run:
+
+    python -m bench.compare            # full: 20,000-job burn-downs, 3 runs of everything (~1 h)
+    python -m bench.compare --quick    # smoke run: 2,000 jobs, 1 run, short phases (a few minutes)
+    python -m bench.compare --peers ours,rq --workloads burndown,steady --repeat 5
+
+Run it with the project's venv (``.venv/bin/python -m bench.compare``), as root on a
+Debian machine, or with redis-server and PostgreSQL installed.  It installs what is
+missing (``apt-get install redis-server postgresql``; the peers, pinned in
+``bench/peers/requirements.txt``, into ``bench/.peers-venv``), starts a Redis server and a
+PostgreSQL cluster on 127.0.0.1 with their data in a temporary directory, runs every
+workload (``bench/peers/harness.py`` says what each measures) for every queue, stops the
+servers, and writes ``bench/results/RESULTS.md``, ``results.json`` and PNG plots.
+
+Every workload runs in a driver process under a timeout; a peer that fails or hangs is
+killed (its workers too) and reported as failed in the table; the rest goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):  # run as a script: make the project importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import bench_engine  # noqa: E402
+from bench.peers import env  # noqa: E402
+
+ROOT = env.ROOT
+PEERS = ["ours", "huey", "rq", "rq_simple", "celery", "procrastinate"]
+# The peer classes (stdlib-only at import: their libraries load inside their methods).
+CLASSES = {name: importlib.import_module(f"bench.peers.{name}_peer").PEER for name in PEERS}
+TITLES = {name: cls.title for name, cls in CLASSES.items()}
+WORKLOADS = ["burndown", "steady", "recovery", "scale", "limit"]
+log = env.log
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 2,000 jobs, 1 run, 5 s steady phase, 30 s recovery cap, scale 1k/10k")
+    p.add_argument("--repeat", type=int, help="runs of each measurement (default 3; quick 1)")
+    p.add_argument("--jobs", type=int, help="burn-down jobs (default 20,000; quick 2,000)")
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 4], help="burn-down worker processes (1 4)")
+    p.add_argument("--rates", type=float, nargs="+", default=[50.0, 200.0],
+                   help="steady producer rates, jobs/s (50 200)")
+    p.add_argument("--secs", type=float, help="steady phase length, s (default 20; quick 5)")
+    p.add_argument("--cap", type=float, help="recovery cap, s (default 60; quick 30)")
+    p.add_argument("--scale-sizes", type=int, nargs="+", help="pending jobs for scale (1k 100k 1M; quick 1k 10k)")
+    p.add_argument("--scale-ops", type=int, default=500, help="timed ops per scale point (500)")
+    p.add_argument("--commits", type=int, help="commits per commit-rate run (default 5000; quick 2000)")
+    p.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {','.join(PEERS)}")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"), help="output directory (bench/results)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (stores, logs)")
+    a = p.parse_args(argv)
+    q = a.quick
+    a.repeat = a.repeat or (1 if q else 3)
+    a.jobs = a.jobs or (2000 if q else 20_000)
+    a.secs = a.secs or (5.0 if q else 20.0)
+    a.cap = a.cap or (30.0 if q else 60.0)
+    a.scale_sizes = a.scale_sizes or ([1000, 10_000] if q else [1000, 100_000, 1_000_000])
+    a.commits = a.commits or (2000 if q else 5000)
+    a.peers = [x for x in a.peers.split(",") if x]
+    a.workloads = [x for x in a.workloads.split(",") if x]
+    for x in a.peers:
+        if x not in PEERS:
+            p.error(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
+    for x in a.workloads:
+        if x not in WORKLOADS:
+            p.error(f"unknown workload {x!r}; workloads: {', '.join(WORKLOADS)}")
+    if min(a.repeat, a.jobs - 1, a.scale_ops) < 1:
+        p.error("--repeat and --scale-ops must be at least 1, --jobs at least 2")
+    return a
+
+
+# --- machine --------------------------------------------------------------------------------
+
+
+def machine(directory: str) -> dict:
+    load = os.getloadavg()
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 1024 ** 2:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": bench_engine._cpu_model(), "cores": os.cpu_count(), "memory": mem,
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version, "fs": bench_engine._filesystem(directory), "dir": directory,
+            "load_before": [round(x, 2) for x in load]}
+
+
+# --- running one workload -------------------------------------------------------------------
+
+
+def _kill_groups(workdir: str) -> None:
+    try:
+        with open(os.path.join(workdir, "pgids")) as f:
+            pgids = [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def drive(peer: str, workload: str, params: dict, base: str, servers, timeout: float, seq: list[int]) -> dict:
+    """One workload for one peer in a fresh directory, in a driver process of the peer's
+    venv; killed (with its workers) after ``timeout`` s."""
+    seq[0] += 1
+    workdir = os.path.join(base, f"{seq[0]:03d}-{peer}-{workload}")
+    os.makedirs(workdir)
+    out = os.path.join(workdir, "result.json")
+    py = sys.executable if peer == "ours" else env.peers_python()
+    argv = [py, "-m", "bench.peers.harness", peer, workload, "--workdir", workdir, "--out", out,
+            "--params", json.dumps(params)]
+    if servers is not None:
+        argv += ["--redis-url", servers.redis_url, "--pg-dsn", servers.pg_dsn]
+    envv = {**os.environ, "PYTHONPATH": ROOT}
+    t = time.monotonic()
+    with open(os.path.join(workdir, "driver.log"), "ab") as logf:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=envv, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _kill_groups(workdir)  # workers left behind by a killed or crashed driver
+    elapsed = time.monotonic() - t
+    if os.path.exists(out):
+        with open(out) as f:
+            result = json.load(f)
+    elif proc.returncode == -signal.SIGKILL:
+        result = {"ok": False, "error": f"hung: killed after {timeout:.0f} s"}
+    else:
+        result = {"ok": False, "error": f"driver exited with code {proc.returncode}, no result"}
+    result.update(peer=peer, workload=workload, params=params, wall_s=round(elapsed, 1), workdir=workdir)
+    if result.get("ok"):
+        shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()
+                 if k in ("jobs_per_s", "p50_ms", "p99_ms", "rate", "recovery_s", "recovered", "runs")}
+        log(f"{peer} {workload} {params}: {shown} ({elapsed:.0f} s)")
+    else:
+        log(f"{peer} {workload} {params}: FAILED: {result.get('error')} (see {workdir})")
+    return result
+
+
+def run_all(args, base: str, servers) -> list[dict]:
+    results: list[dict] = []
+    seq = [0]
+    # Peers interleaved within each repeat, so drift on the machine affects all alike.
+    for r in range(args.repeat):
+        log(f"--- run {r + 1}/{args.repeat}")
+        for peer in args.peers:
+            wanted = [w for w in args.workloads if w not in CLASSES[peer].skip]
+            if "burndown" in wanted:
+                n = min(args.jobs, CLASSES[peer].max_jobs or args.jobs)
+                for w in args.workers:
+                    res = drive(peer, "burndown", {"jobs": n, "workers": w}, base, servers, 240 + n / 25, seq)
+                    results.append({**res, "run": r})
+            if "steady" in wanted:
+                for rate in args.rates:
+                    res = drive(peer, "steady", {"rate": rate, "secs": args.secs, "workers": 4}, base, servers,
+                                240 + args.secs, seq)
+                    results.append({**res, "run": r})
+            if "recovery" in wanted:
+                res = drive(peer, "recovery", {"cap": args.cap}, base, servers, 240 + args.cap, seq)
+                results.append({**res, "run": r})
+    return results
+
+
+def run_limit(args, base: str) -> dict:
+    """Raw commit rates of plain SQLite and the engine (bench.bench_engine's functions)."""
+    d = os.path.join(base, "limit")
+    os.makedirs(d)
+    bench_engine.commits_plain_sqlite(bench_engine._fresh(d, "warm.sqlite"), 200)
+    bench_engine.commits_engine(bench_engine._fresh(d, "warm-e.sqlite"), 200)
+    plain, engine, bare = [], [], []
+    n = min(args.jobs, 2000)
+    for r in range(args.repeat):
+        plain.append(bench_engine.commits_plain_sqlite(bench_engine._fresh(d, "plain.sqlite"), args.commits))
+        engine.append(bench_engine.commits_engine(bench_engine._fresh(d, "engine.sqlite"), args.commits))
+        # The bare accept+finish loop of one process (no Processor), as bench_engine measures it.
+        path = bench_engine._fresh(d, "bare.sqlite")
+        bench_engine.add_jobs("sqlite:" + path, n)
+        bare.append(bench_engine.drain("sqlite:" + path, n, 1))
+        log(f"limit run {r + 1}/{args.repeat}: plain SQLite {plain[-1]:,.0f} commits/s, engine {engine[-1]:,.0f}, "
+            f"bare accept+finish loop {bare[-1]:,.0f} jobs/s")
+    return {"plain": plain, "engine": engine, "commits": args.commits, "bare": bare, "bare_jobs": n}
+
+
+def run_scale(args, base: str) -> dict:
+    d = os.path.join(base, "scale")
+    os.makedirs(d)
+    argv = [sys.executable, "-m", "bench.peers.scale", "--dir", d, "--ops", str(args.scale_ops), "--repeat",
+            str(args.repeat), "--sizes", *map(str, args.scale_sizes)]
+    timeout = 300 + max(args.scale_sizes) / 2000
+    try:
+        p = subprocess.run(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log(f"scale: hung, killed after {timeout:.0f} s")
+        return {"ok": False, "error": f"hung: killed after {timeout:.0f} s"}
+    sys.stderr.write(p.stderr)
+    if p.returncode != 0:
+        return {"ok": False, "error": f"exit code {p.returncode}: {p.stderr.strip().splitlines()[-1:]}"}
+    return {"ok": True, **json.loads(p.stdout)}
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def _med(values, fmt="{:,.0f}") -> str:
+    if not values:
+        return "–"
+    med = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return med
+    return f"{med} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def _cells(results, peer, workload, key, match=None, fmt="{:,.0f}") -> tuple[str, list[float]]:
+    rows = [r for r in results if r["peer"] == peer and r["workload"] == workload
+            and all(r["params"].get(k) == v for k, v in (match or {}).items())]
+    if not rows:
+        return "–", []
+    vals = [r[key] for r in rows if r.get("ok") and r.get(key) is not None]
+    fails = [r for r in rows if not r.get("ok")]
+    text = _med(vals, fmt) if vals else ""
+    if fails:
+        text = (text + "; " if text else "") + f"failed {len(fails)}/{len(rows)}: {fails[0].get('error', '?')[:80]}"
+    return text, vals
+
+
+def report(args, info: dict, versions: dict, results: list[dict], limit: dict | None, scale: dict | None,
+           started: str, wall: float, command: str) -> str:
+    m = info
+    runs = f"median of {args.repeat} runs (min–max)" if args.repeat > 1 else "1 run"
+    out = [
+        "# Peer comparison: no-op jobs on one machine",
+        "",
+        f"Produced by `{command}` on {started} in {wall / 60:.0f} min. "
+        f"{'Quick smoke run: small sizes, one run, so noisy. ' if args.quick else ''}Each cell: {runs}.",
+        "",
+        f"Machine: {m['cores']} CPUs ({m['cpu']}), {m['memory']}, {m['os']}, Python {m['python']}, "
+        f"SQLite {m['sqlite']}; store files and server data on {m['fs']} (a temporary directory). "
+        f"Load average before the run: {', '.join(map(str, m['load_before']))}. "
+        "**Other work runs on this 2-core machine at the same time**, and every worker, server and "
+        "producer shares the same 2 cores, so take the spread seriously and compare within a run.",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".",
+        "",
+        "Every worker is an OS process doing one job at a time; every job is a no-op whose handler "
+        "appends one line (its start time, the job's enqueue time) to a shared file "
+        "(`bench/peers/record.py`): the same cost in every queue.",
+        "",
+    ]
+    if "burndown" in args.workloads:
+        out += [f"## Burn-down: {args.jobs:,} jobs preloaded, then W worker processes start", "",
+                "jobs/s from the first job's start to the last one's (worker start-up not counted).", "",
+                "| queue | " + " | ".join(f"W = {w}" for w in args.workers) + " |",
+                "|---|" + "---:|" * len(args.workers)]
+        for peer in args.peers:
+            n = min(args.jobs, CLASSES[peer].max_jobs or args.jobs)
+            cells = [_cells(results, peer, "burndown", "jobs_per_s", {"workers": w, "jobs": n})[0]
+                     for w in args.workers]
+            title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
+            out.append(f"| {title} | " + " | ".join(cells) + " |")
+        extra = [f"{TITLES[r['peer']]} W = {r['params']['workers']}: {r['runs'] - r['jobs']}" for r in results
+                 if r["workload"] == "burndown" and r.get("ok") and r["runs"] > r["jobs"]]
+        out += ["", "Jobs run more than once (handler starts beyond one per job): "
+                + ("; ".join(extra) if extra else "none") + "."]
+        out.append("")
+    if "steady" in args.workloads:
+        out += [f"## Steady: a producer at a fixed rate for {args.secs:g} s, 4 idle workers", "",
+                "Latency from enqueue (wall clock, producer side) to the handler's start, ms. "
+                "*saturated*: the producer fell behind (enqueue too slow) or p50 > 1 s "
+                "(workers slower than the rate): not a latency at that rate.", "",
+                "| queue | rate, jobs/s | p50 ms | p99 ms | achieved rate, jobs/s |", "|---|---:|---:|---:|---:|"]
+        for peer, target in ((p, t) for p in args.peers for t in args.rates):
+            m = {"rate": target}
+            if not any(r["peer"] == peer and r["workload"] == "steady" for r in results):
+                continue
+            p50 = _cells(results, peer, "steady", "p50_ms", m, fmt="{:,.1f}")[0]
+            p99 = _cells(results, peer, "steady", "p99_ms", m, fmt="{:,.1f}")[0]
+            rate, rates = _cells(results, peer, "steady", "rate", m, fmt="{:,.0f}")
+            _t, p50s = _cells(results, peer, "steady", "p50_ms", m)
+            if (rates and min(rates) < 0.95 * target) or (p50s and max(p50s) > 1000):
+                rate += " *saturated*"
+            out.append(f"| {TITLES[peer]} | {target:g} | {p50} | {p99} | {rate} |")
+        out.append("")
+    if "recovery" in args.workloads:
+        out += [f"## Recovery: `kill -9` of a worker holding a job (2 workers; cap {args.cap:g} s)", "",
+                "Seconds from the kill (of the worker's whole process tree) to the job's next start in the "
+                "other worker.", "",
+                "| queue | recovery, s | recovered | mechanism |", "|---|---:|---|---|"]
+        for peer in args.peers:
+            rows = [r for r in results if r["peer"] == peer and r["workload"] == "recovery"]
+            if not rows:
+                continue
+            text, vals = _cells(results, peer, "recovery", "recovery_s", fmt="{:,.1f}")
+            ok = [r for r in rows if r.get("ok")]
+            rec = sum(1 for r in ok if r.get("recovered"))
+            if ok and not vals:
+                text = f"none within {args.cap:g} s" + (f"; {text}" if text else "")
+            mech = next((r.get("mechanism") for r in rows if r.get("mechanism")), "") or "none"
+            out.append(f"| {TITLES[peer]} | {text} | {rec}/{len(rows)} | {mech} |")
+        out.append("")
+    if scale is not None:
+        out += ["## Scale (ours): one operation with many jobs pending", ""]
+        if scale.get("ok"):
+            out += [f"{scale['ops']} `add` (one per transaction), then {scale['ops']} `accept` + `finish`, at each "
+                    "size; the store is preloaded in 5,000-job transactions.", "",
+                    "| jobs pending | add, µs | accept + finish, µs | preload, s |", "|---:|---:|---:|---:|"]
+            for size, adds, takes, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"], scale["preload_s"]):
+                out.append(f"| {size:,} | {_med(adds)} | {_med(takes)} | {pre:,.0f} |")
+        else:
+            out.append(f"failed: {scale.get('error')}")
+        out.append("")
+    if limit is not None:
+        eng = statistics.median(limit["engine"])
+        out += ["## Limit (ours): the engine's raw commit rate", "",
+                f"{limit['commits']:,} transactions of one write each, WAL, synchronous=NORMAL "
+                "(`bench/bench_engine.py`'s functions), in the same run.", "",
+                "| measurement | value |", "|---|---:|",
+                f"| plain SQLite, commits/s | {_med(limit['plain'])} |",
+                f"| embedded engine, commits/s | {_med(limit['engine'])} |",
+                f"| bare `accept` + `finish` loop, 1 process, no Processor ({limit['bare_jobs']:,} jobs), jobs/s | "
+                f"{_med(limit['bare'])} ({statistics.median(limit['bare']) / eng * 100:.0f} % of the commit rate) |"]
+        for w in args.workers:
+            _t, vals = _cells(results, "ours", "burndown", "jobs_per_s", {"workers": w})
+            if vals:
+                jps = statistics.median(vals)
+                out.append(f"| ours burn-down W = {w}: jobs/s as % of the engine's commit rate | "
+                           f"{jps / eng * 100:.0f} % ({jps * 2:,.0f} commits/s at 2 commits a job) |")
+        out += ["", "A job costs an accept and a finish commit in the burn-down (the add was preloaded): "
+                "2 commits a job at best, so 50 % of the commit rate is the ceiling for one worker "
+                "(more workers only queue on the one write lock).", ""]
+    out += ["## How each queue is set up", "", "| queue | settings | recovery mechanism |", "|---|---|---|"]
+    for peer in args.peers:
+        s = next((r for r in results if r["peer"] == peer and r.get("settings")), {})
+        out.append(f"| {TITLES[peer]} | {s.get('settings', '')} | {s.get('mechanism') or 'none'} |")
+    out += ["", "Servers: Redis with no persistence (`--save ''`, no AOF: not durable); PostgreSQL with "
+            "`synchronous_commit=off` (like SQLite's synchronous=NORMAL: durable against process crashes, "
+            "not power loss). Both on 127.0.0.1, started and stopped by the run.", "",
+            "Plots: `burndown.png`, `latency.png`, `scale.png`; raw numbers: `results.json`.", ""]
+    return "\n".join(out)
+
+
+def plots(args, data_path: str) -> None:
+    py = env.peers_python()
+    if not os.path.exists(py):
+        log("no peers' venv (matplotlib): no plots")
+        return
+    p = subprocess.run([py, "-m", "bench.peers.plots", data_path, args.out], cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        log(f"plots failed: {p.stderr.strip()[-500:]}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    command = "python -m bench.compare" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    t0 = time.monotonic()
+    base = tempfile.mkdtemp(prefix="jobs-compare-")
+    info = machine(base)
+    log(f"machine: {info['cores']} CPUs ({info['cpu']}), {info['fs']}; work in {base}")
+    peers_needed = [p for p in args.peers if p != "ours"] and any(w in args.workloads for w in WORKLOADS[:3])
+    servers_needed = {s for p in args.peers for s in CLASSES[p].needs} if peers_needed else set()
+    if servers_needed:
+        env.ensure_packages()
+    env.ensure_peers_venv()  # the peers, and matplotlib for the plots
+    servers = None
+    versions: dict[str, str] = {}
+    results: list[dict] = []
+    limit = scale = None
+    try:
+        if servers_needed:
+            servers = env.Servers(base).start()
+            versions.update(servers.versions)
+        if any(w in args.workloads for w in ("burndown", "steady", "recovery")):
+            results = run_all(args, base, servers)
+        if "scale" in args.workloads:
+            scale = run_scale(args, base)
+        if "limit" in args.workloads:
+            limit = run_limit(args, base)
+    finally:
+        if servers is not None:
+            servers.stop()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            log(f"kept {base}")
+    for r in results:
+        versions.update(r.get("versions") or {})
+    wall = time.monotonic() - t0
+    os.makedirs(args.out, exist_ok=True)
+    data = {"command": command, "started": started, "wall_s": wall, "machine": info, "versions": versions,
+            "args": {k: v for k, v in vars(args).items()}, "results": results, "limit": limit, "scale": scale,
+            "titles": TITLES}
+    data_path = os.path.join(args.out, "results.json")
+    with open(data_path, "w") as f:
+        json.dump(data, f, indent=1)
+    md = report(args, info, versions, results, limit, scale, started, wall, command)
+    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+        f.write(md)
+    plots(args, data_path)
+    print(md)
+    failed = [r for r in results if not r.get("ok")]
+    return 1 if failed or (scale is not None and not scale.get("ok")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Ours: the embedded engine (one SQLite store file), ``jobs worker`` processes
+(``processors.Processor``, concurrency 1), type timeout 5 s.  Recovery: the activity
+monitor re-enqueues a running job whose worker has not called ``update`` for one type
+timeout; the recovery workload runs a dedicated ``jobs monitor`` process."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from . import record
+from .base import Peer, is_worker, python
+
+TYPE = "bench"
+TIMEOUT = 5.0
+
+
+@functools.cache
+def _processor():
+    import jobs
+    import processors
+
+    p = processors.Processor(jobs.open(), grace=1)
+
+    @p.handler(TYPE, timeout=TIMEOUT)
+    def noop(ctx):
+        record.record(ctx.data.get("enq", 0.0), ctx.data.get("block", False))
+
+    if is_worker():
+        record.started()
+    return p
+
+
+def __getattr__(name):  # `jobs worker bench.peers.ours_peer:processor`
+    if name == "processor":
+        return _processor()
+    raise AttributeError(name)
+
+
+class OursPeer(Peer):
+    name = "ours"
+    title = "ours (embedded engine)"
+    venv = "ours"
+    packages = ("fdb-jobs",)
+    settings = (f"one store file (WAL, synchronous=NORMAL); `jobs worker --concurrency 1` (a `processors.Processor`, "
+                f"which also runs an activity monitor); type timeout {TIMEOUT:g} s")
+    recovery = (f"activity monitor re-enqueues a job not updated for one type timeout ({TIMEOUT:g} s); "
+                "a dedicated `jobs monitor` process runs")
+
+    @property
+    def url(self):
+        return "sqlite:" + os.path.join(self.ctx.workdir, "jobs.sqlite")
+
+    def setup(self):
+        import jobs
+
+        self.db = jobs.open(self.url)
+        jobs.set_type_timeout(self.db, TYPE, TIMEOUT)
+        self.n = 0
+
+    def teardown(self):
+        self.db.close()
+
+    def preload(self, n):
+        import jobs
+
+        for lo in range(0, n, 5000):
+            @jobs.transactional
+            def batch(tr, lo=lo):
+                for i in range(lo, min(n, lo + 5000)):
+                    jobs.add(tr, TYPE, f"p{i}", {"enq": 0.0})
+
+            batch(self.db)
+
+    def enqueue(self, enq, block=False):
+        import jobs
+
+        self.n += 1
+        jobs.add(self.db, TYPE, f"e{self.n}", {"enq": enq, "block": block} if block else {"enq": enq})
+
+    def worker_cmd(self):
+        return [python(), "-m", "jobs.cli", "--store", self.url, "worker", "bench.peers.ours_peer:processor",
+                "--concurrency", "1"]
+
+    def helper_cmds(self, workload):
+        if workload == "recovery":
+            return [[python(), "-m", "jobs.cli", "--store", self.url, "monitor"]]
+        return []
+
+
+PEER = OursPeer

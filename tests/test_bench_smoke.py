@@ -1,0 +1,58 @@
+"""Smoke test of the peer-comparison harness (bench/compare.py, bench/peers/) on our own
+queue only: no servers, no peers' venv.  Not a benchmark: nothing here is timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from bench import compare
+from bench.peers import record
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _drive(tmp_path, workload, params):
+    workdir = tmp_path / workload
+    workdir.mkdir()
+    out = workdir / "result.json"
+    subprocess.run([sys.executable, "-m", "bench.peers.harness", "ours", workload, "--workdir", str(workdir),
+                    "--out", str(out), "--params", json.dumps(params)], cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": ROOT}, check=True, timeout=240)
+    return json.loads(out.read_text()), workdir
+
+
+def test_record_lines_are_fixed_width(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_LOGDIR", str(tmp_path))
+    record.record(123.5)
+    record.record(0.0)
+    assert record.count(str(tmp_path)) == 2
+    assert [r[1] for r in record.read(str(tmp_path))] == [123.5, 0.0]
+
+
+def test_ours_burndown_and_steady_through_the_harness(tmp_path):
+    result, workdir = _drive(tmp_path, "burndown", {"jobs": 60, "workers": 2})
+    assert result["ok"], result
+    assert result["runs"] >= 60 and result["jobs_per_s"] > 0
+    result, _ = _drive(tmp_path, "steady", {"rate": 20, "secs": 1, "workers": 1})
+    assert result["ok"], result
+    assert result["jobs"] == 20 and 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_report_renders_failures_and_numbers():
+    args = compare.parse_args(["--quick", "--peers", "ours,huey", "--workloads", "burndown,steady,recovery"])
+    results = [
+        {"peer": "ours", "workload": "burndown", "params": {"jobs": 2000, "workers": 1}, "ok": True,
+         "jobs_per_s": 300.0, "runs": 2000, "jobs": 2000},
+        {"peer": "huey", "workload": "burndown", "params": {"jobs": 2000, "workers": 1}, "ok": False,
+         "error": "hung: killed after 300 s"},
+        {"peer": "huey", "workload": "recovery", "params": {"cap": 30}, "ok": True, "recovered": False,
+         "recovery_s": None},
+    ]
+    info = compare.machine(ROOT)
+    md = compare.report(args, info, {}, results, None, None, "now", 60, "python -m bench.compare --quick")
+    assert "| ours (embedded engine) | 300 |" in md
+    assert "failed 1/1: hung" in md
+    assert "none within 30 s" in md
