@@ -29,7 +29,7 @@ from . import catalog
 from .errors import CatalogError, PipelineError
 from .frames import partition_frame, split_name
 from .partition_files import read_partition, write_partition
-from .spark import spark_session
+from .spark import spark_schema, spark_session
 
 INDEXES = Subspace(("indexes",))
 
@@ -169,14 +169,8 @@ def lookup(db, spark, qualified: str, name: str, key):
         hits = index.filter(F.col("key") == F.lit(key)).collect()
         for file in sorted({h["file"] for h in hits}):
             wanted = {h["row"] for h in hits if h["file"] == file}
-            rows = (spark.read.schema(_frame_schema(table)).parquet("file://" + os.path.join(part.location, file))
+            rows = (spark.read.schema(spark_schema(table)).parquet("file://" + os.path.join(part.location, file))
                     .select("*", F.col("_metadata.row_index").alias("__row"))
                     .filter(F.col("__row").isin(list(wanted))).drop("__row"))
             found += [r.asDict() for r in rows.collect()]
     return found
-
-
-def _frame_schema(table):
-    from .spark import spark_schema
-
-    return spark_schema(table)

@@ -415,10 +415,8 @@ class Processor:
     async def _beat(self, run: Run) -> None:
         try:
             await anyio.to_thread.run_sync(run.update, None)
-        except Halt:
-            log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler",
-                        run.job.type, run.job.id)
-            run.stop_handler()
+        except Halt:  # (run.update marked it halted)
+            _lost(run)
         except Exception:  # noqa: BLE001 - a failed heartbeat is retried at the next tick
             log.exception("heartbeat of %s/%s failed", run.job.type, run.job.id)
             run.next_beat = time.monotonic() + min(1.0, run.beat_every)
@@ -434,9 +432,7 @@ class Processor:
             for run in lost:
                 if not run.halted.is_set() and not run.finishing:  # (our own finish: not lost)
                     run.halt()
-                    log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler",
-                                run.job.type, run.job.id)
-                    run.stop_handler()
+                    _lost(run)
             await anyio.sleep(LOST_CHECK)
 
     def _lost_jobs(self) -> list:
@@ -547,6 +543,12 @@ def _release_quietly(db, job: jobs.Job) -> bool:
         return True
     except Halt:
         return False
+
+
+def _lost(run: Run) -> None:
+    """A held job was taken away (removed or re-enqueued): say so and stop its handler."""
+    log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler", run.job.type, run.job.id)
+    run.stop_handler()
 
 
 def _sole(group: BaseExceptionGroup) -> BaseException:
