@@ -8,12 +8,14 @@
 
 See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data model and
 ``jobs.aio`` for async twins.  Beyond couch_jobs' API: ``release`` hands a running job back
-to pending at once (a worker shutting down).
+to pending at once (a worker shutting down); ``accept_many`` takes a batch of jobs in one
+transaction.
 """
 
 from .subscriptions import subscribe, unsubscribe, wait
 from .api import (
     accept,
+    accept_many,
     add,
     clear_type_timeout,
     finish,
@@ -78,6 +80,7 @@ __all__ = [
     # beyond couch_jobs
     "release",
     "is_held",
+    "accept_many",
     # errors
     "JobsError",
     "NotFound",

@@ -2,14 +2,16 @@
 (``api.accept``) and the async one (``aio.accept``)::
 
     call = AcceptCall(db, type, ...)      # validates; draws this call's lock
-    out = call.attempt()                  # one retried transaction: Job | Wait | None
+    out = call.attempt()                  # one retried transaction: [Job, ...] | Wait | None
     call.wait(out)                        # blocks until the watch fires, a job falls due,
                                           # or the deadline
 
 Idempotency under ``commit_unknown_result`` (1021): the lock is drawn once per call, and
 every attempt after the first starts by checking whether a job it picked earlier carries
-that lock; if so an earlier commit did happen, and that job is returned instead of locking
-a second one (which would stay running, unseen, until its type timeout).
+that lock; if so an earlier commit did happen, and those jobs are returned instead of locking
+others (which would stay running, unseen, until their type timeout).  A call that takes a
+batch (``limit``) locks all its jobs with its one lock: the fence stays per job, since a
+job accepted again gets another call's lock.
 """
 
 from __future__ import annotations
@@ -49,8 +51,12 @@ class AcceptCall:
     """State of one ``accept`` call (its lock, the jobs it picked, its deadline).  Not
     thread-safe; one thread at a time drives it."""
 
-    def __init__(self, db, type: str, max_sched_time=None, no_schedule: bool = False, timeout=None):
+    def __init__(self, db, type: str, max_sched_time=None, no_schedule: bool = False, timeout=None,
+                 limit: int = 1):
         self.type = checks.name(type, "type")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, not {limit!r}")
+        self.limit = limit
         if not is_database(db):
             raise checks.ArgumentTypeError("accept() waits, so it takes a database, not a transaction")
         self.db = db
@@ -70,40 +76,48 @@ class AcceptCall:
 
     # --- one attempt ---------------------------------------------------------------------
 
-    def attempt(self) -> Job | Wait | None:
-        """Run one retried transaction: a Job now held; a Wait; or None (a stale queue entry
-        was dropped: attempt again at once)."""
+    def attempt(self) -> list[Job] | Wait | None:
+        """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait; or
+        None (a stale queue entry was dropped: attempt again at once)."""
         return run(self.db, self._body)
 
     def _body(self, tr):
         keys.check_layout(tr)
         store = keys.store_id_future(tr)
         mine = self._already_mine(tr)
-        if mine is not None:
-            job_id, row = mine
-            return Job(self.type, job_id, decode_data(row.data), self.lock, keys.store_id_of(store))
+        if mine:
+            store_id = keys.store_id_of(store)
+            return [Job(self.type, job_id, decode_data(row.data), self.lock, store_id) for job_id, row in mine]
         max_stime = time.time() if self.max_sched_time is None else self.max_sched_time
-        job_id = pending.dequeue(tr, self.type, max_stime, self.no_schedule)
-        if job_id is None:
+        ids = pending.dequeue_many(tr, self.type, max_stime, self.limit, self.no_schedule)
+        if not ids:
             takes_future_jobs = self.max_sched_time is None and not self.no_schedule
             due = pending.next_due(tr, self.type, max_stime) if takes_future_jobs else None
             return Wait(pending.watch(tr, self.type), due)
-        row = rows.get(tr, self.type, job_id)
-        if row is None or row.state != "pending":
-            return None  # cannot happen unless a queue entry outlived its job: drop it
-        self._picked.append(job_id)
-        # LastLock cleared: once another worker holds the job, a finish repeated with an
-        # older Job must raise Halt, or its caller's own writes would commit unfenced.
-        rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data))
-        return Job(self.type, job_id, decode_data(row.data), self.lock, keys.store_id_of(store))
+        futures = [tr.get(keys.data_key(self.type, job_id)) for job_id in ids]  # read in parallel
+        taken = []
+        for job_id, future in zip(ids, futures):
+            row = rows.decode(future.wait(), self.type, job_id)
+            if row is None or row.state != "pending":
+                continue  # cannot happen unless a queue entry outlived its job: drop it
+            self._picked.append(job_id)
+            # LastLock cleared: once another worker holds the job, a finish repeated with an
+            # older Job must raise Halt, or its caller's own writes would commit unfenced.
+            rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data))
+            taken.append((job_id, row))
+        if not taken:
+            return None
+        store_id = keys.store_id_of(store)
+        return [Job(self.type, job_id, decode_data(row.data), self.lock, store_id) for job_id, row in taken]
 
-    def _already_mine(self, tr) -> tuple[str, Row] | None:
-        """A job an earlier attempt of this call locked (its commit happened behind 1021)."""
+    def _already_mine(self, tr) -> list[tuple[str, Row]]:
+        """Jobs an earlier attempt of this call locked (its commit happened behind 1021)."""
+        mine = []
         for job_id in self._picked:
             row = rows.get(tr, self.type, job_id)
             if row is not None and row.lock == self.lock:
-                return job_id, row
-        return None
+                mine.append((job_id, row))
+        return mine
 
     # --- waiting -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from .job import Job
 
 __all__ = [
     "accept",
+    "accept_many",
     "add",
     "clear_type_timeout",
     "finish",
@@ -129,32 +130,47 @@ async def accept(
 ) -> Job | None:
     """Async :func:`jobs.accept`: same arguments, result and errors; cancellable at any
     point without losing or stranding a job."""
-    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout)
+    taken = await accept_many(db, type, 1, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=timeout)
+    return taken[0] if taken else None
+
+
+async def accept_many(
+    db,
+    type: str,
+    limit: int,
+    *,
+    max_sched_time: float | None = None,
+    no_schedule: bool = False,
+    timeout: float | None = None,
+) -> list[Job]:
+    """Async :func:`jobs.accept_many`; cancellable like :func:`accept`."""
+    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout, limit)
     while True:
         with anyio.CancelScope(shield=True):  # an attempt's outcome must be seen
             out = await anyio.to_thread.run_sync(call.attempt)
-        if isinstance(out, Job):
+        if isinstance(out, list):
             await _hand_back_if_cancelled(db, out)
             return out
         if out is None:
             continue
         if call.expired():
             out.watch.cancel()
-            return None
+            return []
         try:
             await anyio.to_thread.run_sync(call.wait, out, abandon_on_cancel=True, limiter=_waiters())
         finally:
             out.watch.cancel()  # wakes an abandoned wait; no effect on a watch that fired
 
 
-async def _hand_back_if_cancelled(db, job: Job) -> None:
-    """Re-raise a cancellation that arrived during the attempt, after releasing ``job``."""
+async def _hand_back_if_cancelled(db, taken: list[Job]) -> None:
+    """Re-raise a cancellation that arrived during the attempt, after releasing ``taken``."""
     try:
         await anyio.lowlevel.checkpoint_if_cancelled()
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
-            try:
-                await anyio.to_thread.run_sync(api.release, db, job)
-            except Halt:  # already taken from us (removed): nothing to hand back
-                pass
+            for job in taken:
+                try:
+                    await anyio.to_thread.run_sync(api.release, db, job)
+                except Halt:  # already taken from us (removed): nothing to hand back
+                    pass
         raise

@@ -42,6 +42,7 @@ __all__ = [
     "Job",
     "JobInfo",
     "accept",
+    "accept_many",
     "add",
     "clear_type_timeout",
     "finish",
@@ -272,16 +273,33 @@ def accept(
     only jobs scheduled at 0, picked near a random UUID without reading the queue's head
     (for UUID-like ids); with an explicit non-zero ``max_sched_time`` it is a ValueError.
     Safe under 1021: a retried attempt never leaves a second job locked."""
-    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout)
+    taken = accept_many(db, type, 1, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=timeout)
+    return taken[0] if taken else None
+
+
+def accept_many(
+    db,
+    type: str,
+    limit: int,
+    *,
+    max_sched_time: float | None = None,
+    no_schedule: bool = False,
+    timeout: float | None = None,
+) -> list[Job]:
+    """:func:`accept` for up to ``limit`` jobs in one transaction: waits like ``accept``
+    for the first, then takes as many as are due at once (one commit for all); ``[]``
+    when ``timeout`` passes first.  Each Job is fenced on its own (``update``/``finish``
+    per job, in one transaction or several); the caller must heartbeat them all."""
+    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout, limit)
     while True:
         out = call.attempt()
-        if isinstance(out, Job):
+        if isinstance(out, list):
             return out
         if out is None:
             continue
         if call.expired():
             out.watch.cancel()
-            return None
+            return []
         call.wait(out)
 
 

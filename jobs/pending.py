@@ -3,7 +3,8 @@
 
 Dequeue picks a random eligible job from a *snapshot* read of the queue's head and adds one
 read conflict key, on the job it takes: workers that pick different jobs never conflict,
-and two that pick the same one conflict at commit (1020) and the loser retries.
+and two that pick the same one conflict at commit (1020) and the loser retries.  A batch
+is a run of neighbouring jobs at a random place in a wider head, for the same reason.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import keys
 from .engine import KeySelector, strinc
 
 SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
+BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8
 _ONE = (1).to_bytes(8, "little")
 _QUEUED_AT = struct.Struct(">d")
 
@@ -53,21 +55,38 @@ def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str |
     """Take (clear) a random eligible pending job and return its id, or None.  Eligible:
     scheduled at or before ``max_stime``; with ``no_schedule``, scheduled at 0 (ids
     UUID-like, picked near a random UUID without reading the queue's head)."""
-    key = _pick_near_uuid(tr, type) if no_schedule else _pick_from_head(tr, type, max_stime)
-    if key is None:
-        return None
-    tr.add_read_conflict_key(key)  # the one conflict: another worker that took this job
-    tr.clear(key)
-    return _job_id(key)
+    taken = dequeue_many(tr, type, max_stime, 1, no_schedule)
+    return taken[0] if taken else None
 
 
-def _pick_from_head(tr, type: str, max_stime: float) -> bytes | None:
+def dequeue_many(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False) -> list[str]:
+    """Take (clear) up to ``limit`` eligible pending jobs and return their ids: one random
+    job for a limit of 1; else a run of neighbours at a random place in the queue's head
+    (or near a random UUID), so that workers taking batches at once rarely collide.  One
+    read conflict key per job taken."""
+    if no_schedule:
+        picked = _pick_near_uuid(tr, type) if limit == 1 else _run_near_uuid(tr, type, limit)
+    else:
+        picked = _pick_from_head(tr, type, max_stime, limit)
+    for key in picked:
+        tr.add_read_conflict_key(key)  # the one conflict: another worker that took this job
+        tr.clear(key)
+    return [_job_id(key) for key in picked]
+
+
+def _pick_from_head(tr, type: str, max_stime: float, limit: int) -> list[bytes]:
     begin, end = _bounds(type, max_stime)
-    head = [key for key, _value in tr.snapshot.get_range(begin, end, limit=SAMPLE)]
-    return random.choice(head) if head else None
+    window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
+    head = [key for key, _value in tr.snapshot.get_range(begin, end, limit=window)]
+    if limit == 1:
+        return [random.choice(head)] if head else []
+    if len(head) <= limit:
+        return head
+    start = random.randrange(len(head) - limit + 1)
+    return head[start:start + limit]
 
 
-def _pick_near_uuid(tr, type: str) -> bytes | None:
+def _pick_near_uuid(tr, type: str) -> list[bytes]:
     """The job scheduled at 0 nearest a random UUID, after or before it (50/50, so neither
     end of the id space waits longer than the other)."""
     prefix = keys.pending_prefix(type, 0.0)
@@ -77,8 +96,18 @@ def _pick_near_uuid(tr, type: str) -> bytes | None:
     for selector in (after, before) if random.random() < 0.5 else (before, after):
         key = bytes(tr.snapshot.get_key(selector).wait())
         if key.startswith(prefix) and key != prefix:
-            return key
-    return None
+            return [key]
+    return []
+
+
+def _run_near_uuid(tr, type: str, limit: int) -> list[bytes]:
+    """Up to ``limit`` jobs scheduled at 0 from a random UUID on (wrapping around)."""
+    prefix = keys.pending_prefix(type, 0.0)
+    probe = keys.pending_key(type, 0.0, uuid.uuid4().hex)
+    picked = [k for k, _v in tr.snapshot.get_range(probe, strinc(prefix), limit=limit)]
+    if len(picked) < limit:
+        picked += [k for k, _v in tr.snapshot.get_range(prefix, probe, limit=limit - len(picked))]
+    return picked
 
 
 def count(tr, type: str, max_stime: float | None = None, limit: int | None = None) -> int:

@@ -36,7 +36,11 @@ def _new_seq(tr) -> Versionstamp:
 
 def get(tr, type: str, job_id: str) -> Row | None:
     """The job's row (a conflicting read), or None."""
-    raw = tr.get(keys.data_key(type, job_id)).wait()
+    return decode(tr.get(keys.data_key(type, job_id)).wait(), type, job_id)
+
+
+def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:
+    """The row read as ``raw`` (None: no such job)."""
     return None if raw is None else decode_row(raw, f"the row of job {type}/{job_id}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ from jobs.engine import tuple as fdb_tuple
 from jobs.engine.errors import COMMIT_UNKNOWN_RESULT, FDBError
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.futures import Future
+from waiting import DEADLINE
 
 T = "t"
 WAIT = 30.0  # generous bound for threads; never a timing assertion
@@ -35,7 +37,7 @@ PINNED = {
     "pending_count", "accept", "update", "finish", "resubmit", "is_resubmitted", "transactional",
     "JobsError", "NotFound", "Halt", "NoTypeTimeout", "JobDataError",
 }  # fmt: skip
-EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
+EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
 
 
 def test_exported_names():
@@ -467,9 +469,79 @@ async def test_aio_job_accepted_while_cancelled_is_handed_back(db):
     job = jobs.accept(db, T, timeout=0)
     with anyio.CancelScope() as scope:
         scope.cancel()
-        await _hand_back_if_cancelled(db, job)
+        await _hand_back_if_cancelled(db, [job])
         pytest.fail("the cancellation was not re-raised")
     assert jobs.get_job_state(db, T, "j") == "pending"
+
+
+def test_accept_many_takes_a_batch_in_one_transaction(db):
+    for i in range(10):
+        jobs.add(db, T, f"j{i}", {"i": i})
+    jobs.add(db, T, "later", {}, scheduled_time=time.time() + 3600)
+    taken = jobs.accept_many(db, T, 4, timeout=0)
+    assert len(taken) == 4 and len({j.id for j in taken}) == 4
+    assert all(jobs.get_job_state(db, T, j.id) == "running" for j in taken)
+    assert all(j.data == {"i": int(j.id[1:])} for j in taken)
+    rest = jobs.accept_many(db, T, 100, timeout=0)  # the future job is not taken
+    assert sorted(j.id for j in taken + rest) == sorted(f"j{i}" for i in range(10))
+    assert jobs.accept_many(db, T, 3, timeout=0) == []
+    # each job is fenced on its own: one lost job does not halt the others
+    jobs.remove(db, T, taken[0].id)
+    with pytest.raises(jobs.Halt):
+        jobs.finish(db, taken[0])
+    for job in taken[1:] + rest:
+        jobs.finish(db, job, {"done": True})
+    assert jobs.get_active_jobs_ids(db, T) == []
+
+
+def test_accept_many_waits_for_the_first_job(db):
+    def later():
+        time.sleep(0.2)
+        jobs.add(db, T, "x", {})
+
+    threading.Thread(target=later).start()
+    taken = jobs.accept_many(db, T, 8, timeout=DEADLINE)
+    assert [j.id for j in taken] == ["x"]
+
+
+def test_accept_many_no_schedule_takes_a_run_near_a_random_uuid(db):
+    ids = {uuid.uuid4().hex for _ in range(25)}
+    for job_id in ids:
+        jobs.add(db, T, job_id, {})
+    seen = set()
+    while batch := jobs.accept_many(db, T, 7, no_schedule=True, timeout=0):
+        assert len(batch) <= 7
+        seen |= {j.id for j in batch}
+    assert seen == ids
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "2"])
+def test_accept_many_bad_limit(db, limit):
+    with pytest.raises(ValueError, match="limit"):
+        jobs.accept_many(db, T, limit, timeout=0)
+
+
+def test_accept_many_retried_after_unknown_commit_returns_the_same_batch(db, monkeypatch):
+    """1021 after the batch committed: the retry returns the jobs it locked, no others."""
+    from jobs.accepting import AcceptCall
+
+    for i in range(6):
+        jobs.add(db, T, f"j{i}", {})
+    call = AcceptCall(db, T, limit=3)
+    first = call.attempt()
+    again = call.attempt()  # what a retry of a committed attempt does
+    assert [j.id for j in again] == [j.id for j in first]
+    assert len(jobs.get_active_jobs_ids(db, T)) == 3
+
+
+@pytest.mark.anyio
+async def test_aio_accept_many(db):
+    import jobs.aio
+
+    for i in range(3):
+        jobs.add(db, T, f"j{i}", {})
+    taken = await jobs.aio.accept_many(db, T, 5, timeout=0)
+    assert sorted(j.id for j in taken) == ["j0", "j1", "j2"]
 
 
 def test_finish_repeated_after_another_worker_took_the_job_halts_unfenced_writes(db):
