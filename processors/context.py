@@ -35,7 +35,8 @@ class Run:
         self.lock = threading.Lock()  # serializes updates: handler vs heartbeat
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
         self.stopper = None  # stops the handler: set by the processor when it starts one
-        self.finishing = False  # its outcome is being written (the job leaves "running")
+        self.started = False  # its handler was called (else it was only prefetched)
+        self.finishing = False  # its outcome is queued or being written (the job leaves "running")
 
     def update(self, data: dict | None) -> None:
         """Heartbeat (data None) or progress: renew the job, or raise Halt once lost."""

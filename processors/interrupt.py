@@ -1,14 +1,16 @@
-"""Run a sync handler on a thread of its own that can be interrupted when its job is lost.
+"""Run sync handlers on a thread (a processor's *lane*) that can be interrupted when the
+job of the handler it is running is lost.
 
 Python cannot kill a thread; it can raise an exception in one at its next bytecode
 (``PyThreadState_SetAsyncExc``).  That is safe only with care, so:
 
-* the thread is the handler's alone (never a pool thread that goes on to other work), and
-  an interrupt is only raised while the handler function runs;
+* an interrupt names the call it is for (``Interruptible.start`` numbers them) and is only
+  raised while that call's handler function runs: a late one never hits the next job;
 * the job-layer calls a handler makes (``ctx.update``) run shielded: an interrupt that
   arrives then is delivered when the call returns, never inside a store transaction;
 * an interrupt that lands after the handler returned is cleared, or caught, before the
-  thread ends.
+  call returns, and a thread in which an interrupt was raised runs no further handler
+  (``interrupted``: its lane retires and a fresh one takes its place).
 
 Code blocked in C (``time.sleep``, a socket read) sees the interrupt when it returns to
 Python.  Handlers registered with ``interrupt=False`` are only told (``ctx.halted``,
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import threading
 
 from jobs import Halt
@@ -34,59 +37,60 @@ def _set_async_exc(thread_id: int, exc_type) -> None:
     )
 
 
-_current = threading.local()  # .thread: the HandlerThread running on this thread
+_current = threading.local()  # .lane: the Interruptible of this thread
 
 
 def shielded():
-    """Context manager: no interrupt inside (a no-op outside handler threads)."""
-    thread = getattr(_current, "thread", None)
-    return contextlib.nullcontext() if thread is None else _Shield(thread)
+    """Context manager: no interrupt inside (a no-op outside lanes)."""
+    lane = getattr(_current, "lane", None)
+    return contextlib.nullcontext() if lane is None else _Shield(lane)
 
 
-class HandlerThread:
-    """``fn()`` on a new daemon thread; ``done`` is set when it ended, with ``result`` or
-    ``error``."""
+class Interruptible:
+    """The interrupt state of one thread that runs handlers one after another: ``stopper =
+    start()`` (hand ``stopper`` to whoever may interrupt), then ``run(fn)``."""
 
-    def __init__(self, fn, name: str):
-        self._fn = fn
-        self.result = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
+    def __init__(self):
         self._lock = threading.Lock()
         self._ident: int | None = None
+        self._call = 0  # number of the current (or last) call
         self._running = False  # the handler function is running (interrupts may be raised)
         self._shield = 0  # depth of shielded calls
         self._deferred = False  # an interrupt arrived while shielded
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.interrupted = False  # an interrupt was raised in this thread: run nothing more
 
-    def start(self) -> "HandlerThread":
-        self._thread.start()
-        return self
+    def start(self) -> "functools.partial":
+        """Begin a call on this thread: the function that interrupts it (and only it)."""
+        _current.lane = self
+        with self._lock:
+            self._ident = threading.get_ident()
+            self._call += 1
+            self._running = True
+            self._shield = 0
+            self._deferred = False
+            return functools.partial(self._interrupt, self._call)
 
-    def _main(self) -> None:
+    def run(self, fn) -> tuple[object, BaseException | None]:
+        """Run ``fn()`` as the call begun by :meth:`start`: ``(result, error)``."""
         try:
             try:
-                _current.thread = self
-                with self._lock:
-                    self._ident = threading.get_ident()
-                    self._running = True
-                self.result = self._fn()
+                return fn(), None
             except BaseException as exc:  # noqa: BLE001 - handed to the processor as is
-                self.error = exc
+                return None, exc
             finally:
                 with self._lock:
                     self._running = False
                 _set_async_exc(self._ident, None)  # one raised too late is dropped
-        except BaseException:  # noqa: BLE001 - an interrupt delivered during the cleanup
-            pass
-        finally:
-            self.done.set()
+        except BaseException as exc:  # noqa: BLE001 - an interrupt delivered during the cleanup
+            return None, exc
 
-    def interrupt(self) -> None:
-        """Raise Interrupted in the handler, now or when its shielded call returns."""
+    def _interrupt(self, call: int) -> None:
+        """Raise Interrupted in call ``call``'s handler, now or when its shielded job-layer
+        call returns; nothing once that call ended."""
         with self._lock:
-            if not self._running:
+            if not self._running or self._call != call:
                 return
+            self.interrupted = True
             if self._shield:
                 self._deferred = True
             else:
@@ -94,20 +98,20 @@ class HandlerThread:
 
 
 class _Shield:
-    def __init__(self, thread: HandlerThread):
-        self._t = thread
+    def __init__(self, lane: Interruptible):
+        self._lane = lane
 
     def __enter__(self):
-        with self._t._lock:
-            self._t._shield += 1
+        with self._lane._lock:
+            self._lane._shield += 1
 
     def __exit__(self, *exc):
-        t = self._t
-        with t._lock:
-            t._shield -= 1
-            deliver = t._shield == 0 and t._deferred and t._running
+        lane = self._lane
+        with lane._lock:
+            lane._shield -= 1
+            deliver = lane._shield == 0 and lane._deferred and lane._running
             if deliver:
-                t._deferred = False
+                lane._deferred = False
         if deliver:
             raise Interrupted("the job was taken away while the handler ran")
         return False

@@ -11,16 +11,17 @@ finish, retry or reschedule; hand jobs back on shutdown.
 
     processor.run(concurrency=4)           # until SIGTERM/SIGINT or processor.stop()
 
-Shape of a running processor (one anyio event loop):
+Shape of a running processor:
 
-* one dispatcher takes a free slot, then accepts a job of any registered type
-  (``_Acceptor``: one transaction per type, then one wait on all their pending watches);
-* each job runs as a task: an async handler in the loop, a sync one on a thread of its own
-  (``interrupt.HandlerThread``); its outcome is written by ``_complete`` in one transaction
-  (finish, with a resubmission for retries and recurring jobs);
-* a heartbeat task renews every held job each third of its type timeout; a job found lost
-  (``Halt``) is halted: its handler is cancelled or interrupted and nothing more is written;
-* the activity monitor for the registered types (re-enqueues jobs of dead workers).
+* ``concurrency`` lanes (threads) each run one job at a time: they take jobs from the
+  feed (``feed.py``: batches accepted in one transaction, sized to what the lanes run
+  soon), call the handler (a sync one on the lane itself, interruptible; an async one in
+  the event loop), and queue its outcome for a group commit (``finishes.py``: finish, with
+  a resubmission for retries and recurring jobs; many jobs per transaction, each fenced);
+* an anyio event loop runs the rest: a heartbeat task renews every held job each third of
+  its type timeout; a job found lost (``Halt``) is halted: its handler is cancelled or
+  interrupted and nothing more is written; a watcher notices lost jobs at once; the
+  activity monitor for the registered types re-enqueues jobs of dead workers.
 
 Shutdown (``stop()``, SIGTERM or SIGINT): no more accepts; running handlers get ``grace``
 seconds; jobs still held then are handed back to pending at once (``jobs.release``), and
@@ -32,37 +33,38 @@ from __future__ import annotations
 import collections
 import inspect
 import logging
-import math
-import random
 import signal
 import threading
 import time
 from dataclasses import dataclass
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
 import jobs
 from jobs import Halt, checks, keys
-from jobs.accepting import AcceptCall, Wait
+from jobs.codec import encode_data
 from jobs.engine import error_code
 from jobs.engine.transactional import run as run_transaction
 from monitor import ActivityMonitor
 
 from . import behaviors
 from .context import AsyncContext, Context, Run
-from .interrupt import HandlerThread
+from .feed import Feed
+from .finishes import Finishes
+from .interrupt import Interruptible
 from .submit import TaskFuture, submit
 
 log = logging.getLogger("processors")
 
 BEATS_PER_TIMEOUT = 3  # heartbeats per type timeout: two may be late before the job is lost
-ACCEPT_SLICE = 0.5  # longest blocking accept step, so stop() and cancellation are seen soon
 TIMEOUT_REFRESH = 10.0  # seconds between re-reads of the type timeouts (jobs set-timeout)
 STOP_WAIT = 10.0  # how long a stopping processor waits for halted sync handlers to return
-ERROR_PAUSE_MAX = 5.0  # longest pause after a store error in the accept loop
 LOST_CHECK = 0.05  # least time between two checks of the held jobs (rate limit under load)
+TICK = 0.05  # how often the event loop looks at stop(), dead lanes and late outcomes
+PREFETCH = 32  # most jobs accepted in one transaction (see feed.py)
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,17 @@ class Processor:
 
     ``monitor``: also run the activity monitor for the registered types (several monitors
     over one store are harmless).  ``grace``: seconds running handlers get at shutdown
-    before their jobs are handed back.  ``stats`` counts what happened (accepted,
-    succeeded, retried, failed, halted, released, errors)."""
+    before their jobs are handed back.  ``prefetch``: most jobs accepted in one
+    transaction (fewer when jobs are long; 1: one job at a time).  ``stats`` counts what
+    happened (accepted, succeeded, retried, failed, halted, released, errors)."""
 
-    def __init__(self, db, *, monitor: bool = True, grace: float = 30.0):
+    def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH):
         self.db = db
         self.monitor = monitor
         self.grace = checks.seconds(grace, "grace")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be an int >= 1, not {prefetch!r}")
+        self.prefetch = prefetch
         self.stats: collections.Counter = collections.Counter()
         self._handlers: dict[str, Handler] = {}
         self._beat_every: dict[str, float] = {}
@@ -97,7 +103,8 @@ class Processor:
         self._stopping = threading.Event()
         self._new_run = threading.Event()  # wakes the lost-job watcher
         self._hurry = threading.Event()  # skip the grace period
-        self._acceptor: _Acceptor | None = None
+        self._feed: Feed | None = None
+        self._finishes = Finishes(db, written=self._written, failed=self._write_failed)
         self._serving = False
         self.ready = threading.Event()  # set while serving: timeouts declared, accepting
         self._declared = False  # the handlers' type timeouts were written to the store
@@ -173,8 +180,8 @@ class Processor:
         """Stop gracefully (thread-safe; from a signal handler too): accept nothing more,
         let running handlers finish within the grace period, hand back the rest."""
         self._stopping.set()
-        if self._acceptor is not None:
-            self._acceptor.wake.set()
+        if self._feed is not None:
+            self._feed.stop()
 
     async def serve(self, concurrency: int = 1) -> None:
         """The anyio form of :meth:`run`: returns after ``stop()``.  Cancelling it hands
@@ -196,14 +203,14 @@ class Processor:
                     tg.start_soon(ActivityMonitor(self.db, self.types).serve)
                 tg.start_soon(self._heartbeats)
                 tg.start_soon(self._watch_lost)
-                await self._dispatch(concurrency)
+                await self._supervise(concurrency)
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:  # one failure: raise it as itself
             raise _sole(group) from None
         finally:
             self.ready.clear()
             self._serving = False
-            self._acceptor = None
+            self._feed = None
 
     def _prepare(self) -> None:
         """Set the declared type timeouts; every type must have one."""
@@ -228,113 +235,112 @@ class Processor:
                 )
             self._beat_every[type] = timeout / BEATS_PER_TIMEOUT
 
-    # --- accepting -----------------------------------------------------------------------
+    # --- lanes --------------------------------------------------------------------------
 
-    async def _dispatch(self, concurrency: int) -> None:
-        slots = anyio.Semaphore(concurrency)
-        self._waiters = anyio.CapacityLimiter(concurrency)  # threads waiting on sync handlers
-        self._acceptor = acceptor = _Acceptor(self.db, self.types)
-        if self._stopping.is_set():  # stop() came before the acceptor existed
-            acceptor.wake.set()
-        pause = 0.0
-        async with anyio.create_task_group() as running:
-            try:
-                while not self._stopping.is_set():
-                    with anyio.move_on_after(ACCEPT_SLICE) as waited:  # all slots busy: see stop()
-                        await slots.acquire()
-                    if waited.cancelled_caught:
-                        continue
-                    if self._stopping.is_set():
-                        slots.release()
-                        break
-                    try:
-                        job = await self._accept_step(acceptor)
-                        pause = 0.0
-                    except jobs.StoreError:
-                        raise
-                    except Exception:  # noqa: BLE001 - the store failing: log, pause, go on
-                        log.exception("accept failed")
-                        self.stats["errors"] += 1
-                        job = None
-                        pause = min(ERROR_PAUSE_MAX, max(0.05, pause * 2))
-                        await anyio.sleep(pause)
-                    if job is None:
-                        slots.release()
-                        continue
-                    self.stats["accepted"] += 1
-                    # registered before its task starts, so a stop right now still hands it back
-                    run = Run(self.db, job, self._beat_every[job.type])
-                    self._running[(job.type, job.id)] = run
-                    self._new_run.set()  # the lost-job watcher looks at it too
-                    running.start_soon(self._execute, run, slots)
-            except anyio.get_cancelled_exc_class():
-                self._hurry.set()  # cancelled: no grace period
-                raise
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._shut_down()
-                running.cancel_scope.cancel()  # handlers that ignored the stop: abandoned
+    async def _supervise(self, concurrency: int) -> None:
+        """Run the lanes until stop() (replacing any that retired), then shut down."""
+        self._token = anyio.lowlevel.current_token()
+        self._feed = feed = Feed(self.db, self.types, concurrency, self.prefetch, hold=self._hold,
+                                 before_accept=self._finishes.flush, stopping=self._stopping, stats=self.stats)
+        if self._stopping.is_set():  # stop() came before the feed existed
+            feed.stop()
+        lanes = [self._start_lane(i) for i in range(concurrency)]
+        try:
+            while not self._stopping.is_set() and feed.fatal is None:
+                await anyio.sleep(TICK)
+                for i, lane in enumerate(lanes):
+                    if not lane.is_alive():  # retired after an interrupt: a fresh thread
+                        lanes[i] = self._start_lane(i)
+                if self._finishes.due(idle=False):  # outcomes waiting while every lane is busy
+                    await anyio.to_thread.run_sync(self._finishes.flush, False)
+        except anyio.get_cancelled_exc_class():
+            self._hurry.set()  # cancelled: no grace period
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._shut_down(lanes)
+        if feed.fatal is not None:
+            raise feed.fatal
 
-    async def _accept_step(self, acceptor: "_Acceptor") -> jobs.Job | None:
-        with anyio.CancelScope(shield=True):  # a job taken must be seen, never dropped
-            job = await anyio.to_thread.run_sync(acceptor.step, ACCEPT_SLICE)
-        if job is not None and self._stopping.is_set():
-            await anyio.to_thread.run_sync(_release_quietly, self.db, job)
-            return None
-        if job is not None:
-            try:
-                await anyio.lowlevel.checkpoint_if_cancelled()
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(_release_quietly, self.db, job)
-                raise
-        return job
+    def _start_lane(self, number: int) -> threading.Thread:
+        thread = threading.Thread(target=self._lane, name=f"lane-{number}", daemon=True)
+        thread.start()
+        return thread
+
+    def _lane(self) -> None:
+        """One lane: take a run, execute it, until stopping (or an interrupt retires it)."""
+        lane = Interruptible()
+        feed = self._feed
+        while not lane.interrupted:
+            run = feed.take()
+            if run is None:
+                return
+            self._execute(run, lane)
+            if self._finishes.due(idle=feed.empty()):
+                self._finishes.flush(wait=False)
+
+    def _hold(self, taken: list) -> list[Run]:
+        """Accepted jobs become held runs (heartbeated, handed back at shutdown)."""
+        runs = []
+        for job in taken:
+            run = Run(self.db, job, self._beat_every[job.type])
+            self._running[(job.type, job.id)] = run
+            runs.append(run)
+        self.stats["accepted"] += len(runs)
+        self._new_run.set()  # the lost-job watcher looks at them too
+        return runs
 
     # --- running one job -----------------------------------------------------------------
 
-    async def _execute(self, run: Run, slots: anyio.Semaphore) -> None:
+    def _execute(self, run: Run, lane: Interruptible) -> None:
+        """Run one job's handler on this lane and queue (or write) its outcome."""
         job = run.job
         handler = self._handlers[job.type]
         key = (job.type, job.id)
+        queued = False
         try:
             if run.halted.is_set():  # lost (or handed back) before its handler started
                 self.stats["halted"] += 1
                 return
+            run.started = True
+            began = time.monotonic()
             if handler.is_async:
-                with anyio.CancelScope() as scope:
-                    run.stopper = scope.cancel
-                    try:
-                        result, error = await handler.fn(AsyncContext(run)), None
-                    except Exception as exc:  # noqa: BLE001 - user code: recorded
-                        result, error = None, exc
-                if scope.cancelled_caught:  # halted or handed back: nothing more is written
+                result, error, cancelled = anyio.from_thread.run(self._call_async, run, handler, token=self._token)
+                if cancelled:  # halted or handed back: nothing more is written
                     self.stats["halted"] += 1
                     return
             else:
-                thread = HandlerThread(lambda: handler.fn(Context(run)), f"job-{job.type}-{job.id}")
-                run.stopper = thread.interrupt if handler.interrupt else None
-                thread.start()
-                await anyio.to_thread.run_sync(thread.done.wait, abandon_on_cancel=True, limiter=self._waiters)
-                result, error = thread.result, thread.error
-            await anyio.to_thread.run_sync(self._complete, run, handler, result, error)
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):  # the processor was cancelled: hand back now
-                if await anyio.to_thread.run_sync(self._hand_back, run):
-                    self.stats["released"] += 1
-            run.stop_handler()
-            raise
+                stopper = lane.start()
+                run.stopper = stopper if handler.interrupt else None
+                result, error = lane.run(lambda: handler.fn(Context(run)))
+                run.stopper = None
+            self._feed.ran(time.monotonic() - began)
+            queued = self._complete(run, handler, result, error)
         except Exception:  # noqa: BLE001 - never let one job kill the loop
             log.exception("job %s/%s: writing its outcome failed; its type timeout will re-enqueue it", *key)
             self.stats["errors"] += 1
         finally:
-            self._running.pop(key, None)
-            slots.release()
+            if not queued:
+                self._running.pop(key, None)
 
-    def _complete(self, run: Run, handler: Handler, result, error: BaseException | None) -> None:
-        """Write the outcome of a run (blocking): finish, retry later, or run again later."""
+    async def _call_async(self, run: Run, handler: Handler):
+        """An async handler, in the event loop: (result, error, cancelled)."""
+        with anyio.CancelScope() as scope:
+            run.stopper = scope.cancel
+            try:
+                return await handler.fn(AsyncContext(run)), None, False
+            except Exception as exc:  # noqa: BLE001 - user code: recorded
+                return None, exc, False
+            finally:
+                run.stopper = None
+        return None, None, True
+
+    def _complete(self, run: Run, handler: Handler, result, error: BaseException | None) -> bool:
+        """Write the outcome of a run: finish, retry later, or run again later.  True when
+        it was queued for the group commit (which then drops the run from ``_running``)."""
         if run.halted.is_set():
             self.stats["halted"] += 1
-            return
+            return False
         if error is None:
             if result is not None and not isinstance(result, dict):
                 error = TypeError(f"handler returned {type(result).__name__}; return a dict (or None)")
@@ -342,22 +348,38 @@ class Processor:
                 error = ValueError(f"handler result may not use the reserved key {behaviors.TASK_KEY!r}")
         if error is None:
             outcome = behaviors.after_success(run.job.data, result, handler.every)
-        else:
+            try:
+                encode_data(outcome.data)  # a bad result fails the run, before any write
+            except jobs.JobDataError as exc:
+                error = exc
+        if error is not None:
             outcome = self._failure(run, handler, error)
-        try:
-            written = self._write(run, outcome, run.on_commit if error is None else ())
-        except (jobs.JobDataError, _HookFailed) as exc:  # bad result, or on_commit failed
-            error = exc.__cause__ if isinstance(exc, _HookFailed) else exc
-            outcome = self._failure(run, handler, error)
-            written = self._write(run, outcome)
-        if not written:
+        kind = _kind(error, outcome, handler)
+        if error is None and run.on_commit:  # its writes must not share the transaction
+            return self._write_alone(run, handler, outcome)
+        if not self._finishes.add(run, outcome, kind):
             self.stats["halted"] += 1
-        elif error is None:
-            self.stats["succeeded"] += 1
-        elif outcome.again_at is not None and handler.every is None:
-            self.stats["retried"] += 1
-        else:
-            self.stats["failed"] += 1
+            return False
+        return True
+
+    def _write_alone(self, run: Run, handler: Handler, outcome: behaviors.Outcome) -> bool:
+        """Write an outcome with its ``on_commit`` writes in a transaction of its own."""
+        try:
+            written, kind = self._write(run, outcome, run.on_commit), "succeeded"
+        except _HookFailed as exc:  # on_commit failed: the run counts as failed
+            outcome = self._failure(run, handler, exc.__cause__)
+            written, kind = self._write(run, outcome), _kind(exc.__cause__, outcome, handler)
+        self.stats[kind if written else "halted"] += 1
+        return False
+
+    def _written(self, run: Run, kind: str | None) -> None:
+        """The group commit wrote ``run``'s outcome (``kind``), or found its job lost (None)."""
+        self.stats[kind or "halted"] += 1
+        self._running.pop((run.job.type, run.job.id), None)
+
+    def _write_failed(self, run: Run) -> None:
+        self.stats["errors"] += 1
+        self._running.pop((run.job.type, run.job.id), None)
 
     def _failure(self, run: Run, handler: Handler, error: BaseException) -> behaviors.Outcome:
         log.warning("job %s/%s failed: %s: %s", run.job.type, run.job.id, type(error).__name__, error,
@@ -406,7 +428,7 @@ class Processor:
                 except Exception:  # noqa: BLE001 - keep the last known timeouts
                     log.exception("reading the type timeouts failed")
             for run in list(self._running.values()):
-                if not run.halted.is_set() and run.next_beat <= now:
+                if not run.halted.is_set() and not run.finishing and run.next_beat <= now:
                     await self._beat(run)
             pending_beats = [r.next_beat for r in self._running.values()]
             next_beat = min(pending_beats, default=now + 1.0)
@@ -438,7 +460,7 @@ class Processor:
     def _lost_jobs(self) -> list:
         """Block until a type of a held job changes (1 s at most); the held jobs that are
         no longer held then.  Never raises: a failed check is tried again."""
-        held = [r for r in list(self._running.values()) if not r.halted.is_set()]
+        held = [r for r in list(self._running.values()) if not r.halted.is_set() and not r.finishing]
         if not held:
             self._new_run.wait(1.0)
             self._new_run.clear()
@@ -466,26 +488,35 @@ class Processor:
 
     # --- shutdown ------------------------------------------------------------------------
 
-    async def _shut_down(self) -> None:
-        """Let running handlers end within the grace period, then hand back the rest."""
+    async def _shut_down(self, lanes: list[threading.Thread]) -> None:
+        """Let started handlers end within the grace period, write their outcomes, hand
+        back the rest (started or only prefetched), and wait for the lanes to end."""
         self._stopping.set()
+        self._feed.stop()
         deadline = time.monotonic() + self.grace
-        while self._running and not self._hurry.is_set() and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
+        while not self._hurry.is_set() and time.monotonic() < deadline and any(
+            r.started and not r.finishing for r in list(self._running.values())
+        ):
+            await anyio.sleep(TICK)
+        await anyio.to_thread.run_sync(self._finishes.flush)
         for run in list(self._running.values()):
             released = await anyio.to_thread.run_sync(self._hand_back, run)
             run.stop_handler()
             if released:
                 self.stats["released"] += 1
         end = time.monotonic() + STOP_WAIT
-        while self._running and time.monotonic() < end:
-            await anyio.sleep(0.05)
-        if self._running:  # e.g. blocked in C code: abandoned (their results are never written)
-            log.warning("%d handler(s) ignored the stop; their jobs were handed back", len(self._running))
+        while any(lane.is_alive() for lane in lanes) and time.monotonic() < end:
+            await anyio.sleep(TICK)
+        await anyio.to_thread.run_sync(self._finishes.flush)  # outcomes queued meanwhile
+        for run in list(self._running.values()):
+            if not run.started or run.halted.is_set():
+                self._running.pop((run.job.type, run.job.id), None)
+        if any(lane.is_alive() for lane in lanes):  # e.g. blocked in C code: abandoned
+            log.warning("handler(s) ignored the stop; their jobs were handed back")
 
     def _hand_back(self, run: Run) -> bool:
         with run.lock:  # after a finish in flight, or before it (which then writes nothing)
-            if run.halted.is_set():
+            if run.halted.is_set() or run.finishing:  # (a queued outcome is written instead)
                 return False
             run.halted.set()
             return _release_quietly(self.db, run.job)
@@ -493,47 +524,6 @@ class Processor:
 
 class _HookFailed(Exception):
     """An ``on_commit`` function raised (its cause): the run counts as failed."""
-
-
-class _Acceptor:
-    """Accepts one job of any of ``types``: an attempt per type (random order), then one
-    wait on all their pending watches, in steps no longer than a slice so the caller can
-    stop.  ``wake`` cuts a wait short (stop)."""
-
-    def __init__(self, db, types: list[str]):
-        self.db = db
-        self.types = list(types)
-        self.wake = threading.Event()
-        self._calls: dict[str, AcceptCall] = {}
-        self._waits: list[Wait] = []
-
-    def step(self, slice_seconds: float) -> jobs.Job | None:
-        if not self._waits:
-            self.wake.clear()
-            for type in random.sample(self.types, len(self.types)):
-                call = self._calls.get(type)
-                if call is None:  # a call (and its lock) lives until it returns a job (1021)
-                    call = self._calls[type] = AcceptCall(self.db, type)
-                out = call.attempt()
-                if isinstance(out, jobs.Job):
-                    del self._calls[type]
-                    self._cancel_waits()
-                    return out
-                if out is None:  # a stale queue entry was dropped: look again at once
-                    self._cancel_waits()
-                    return None
-                self._waits.append(out)
-                out.watch.on_ready(lambda _f: self.wake.set())
-        due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
-        limit = min(slice_seconds, max(0.0, due - time.time()))
-        if self.wake.wait(limit) or time.time() >= due:
-            self._cancel_waits()  # something changed: attempt again at the next step
-        return None
-
-    def _cancel_waits(self) -> None:
-        for w in self._waits:
-            w.watch.cancel()
-        self._waits = []
 
 
 def _release_quietly(db, job: jobs.Job) -> bool:
@@ -549,6 +539,13 @@ def _lost(run: Run) -> None:
     """A held job was taken away (removed or re-enqueued): say so and stop its handler."""
     log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler", run.job.type, run.job.id)
     run.stop_handler()
+
+
+def _kind(error: BaseException | None, outcome: behaviors.Outcome, handler: Handler) -> str:
+    """The stat an outcome counts as once written."""
+    if error is None:
+        return "succeeded"
+    return "retried" if outcome.again_at is not None and handler.every is None else "failed"
 
 
 def _sole(group: BaseExceptionGroup) -> BaseException:

@@ -1,0 +1,160 @@
+"""Where a processor's lanes get their jobs: batches accepted in one transaction each,
+sized to what the lanes will run soon.
+
+A lane that needs a job takes one from the feed's buffer; when the buffer is empty, one
+lane (the others wait) first commits the outcomes waiting to be written, then accepts a
+batch.  The batch is at least one job per waiting lane and at most ``prefetch``; between
+those, as many as the lanes run in ``PREFETCH_WINDOW`` seconds at the recent pace.  So
+short jobs go by the dozen per commit, while long ones are taken one at a time and never
+sit in one worker's buffer while another worker idles.  Accepted jobs are held (running,
+heartbeated) from the moment they are taken, and handed back at shutdown if not started.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import random
+import threading
+import time
+
+import jobs
+from jobs.accepting import AcceptCall, Wait
+
+log = logging.getLogger("processors")
+
+ACCEPT_SLICE = 0.5  # longest blocking accept step, so stop() is seen soon
+PREFETCH_WINDOW = 0.05  # prefetch what the lanes run in this many seconds (at the recent pace)
+ERROR_PAUSE_MAX = 5.0  # longest pause after a store error in the accept loop
+PACE_WEIGHT = 0.2  # weight of the newest run in the moving average of run times
+
+
+class Acceptor:
+    """Accepts jobs of any of ``types``: an attempt per type (random order), then one wait
+    on all their pending watches, in steps no longer than a slice so the caller can stop.
+    ``wake`` cuts a wait short (stop)."""
+
+    def __init__(self, db, types: list[str]):
+        self.db = db
+        self.types = list(types)
+        self.wake = threading.Event()
+        self._calls: dict[str, AcceptCall] = {}
+        self._waits: list[Wait] = []
+
+    def step(self, slice_seconds: float, limit: int = 1) -> list[jobs.Job]:
+        """Up to ``limit`` jobs of one type, or [] after waiting up to a slice."""
+        if not self._waits:
+            self.wake.clear()
+            for type in random.sample(self.types, len(self.types)):
+                call = self._calls.get(type)
+                if call is None:  # a call (and its lock) lives until it returns jobs (1021)
+                    call = self._calls[type] = AcceptCall(self.db, type)
+                call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
+                out = call.attempt()
+                if isinstance(out, list):
+                    del self._calls[type]
+                    self._cancel_waits()
+                    return out
+                if out is None:  # a stale queue entry was dropped: look again at once
+                    self._cancel_waits()
+                    return []
+                self._waits.append(out)
+                out.watch.on_ready(lambda _f: self.wake.set())
+        due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
+        limit_s = min(slice_seconds, max(0.0, due - time.time()))
+        if self.wake.wait(limit_s) or time.time() >= due:
+            self._cancel_waits()  # something changed: attempt again at the next step
+        return []
+
+    def _cancel_waits(self) -> None:
+        for w in self._waits:
+            w.watch.cancel()
+        self._waits = []
+
+
+class Feed:
+    """The buffer of accepted jobs shared by a processor's ``lanes`` threads.
+
+    ``hold(jobs)`` turns accepted jobs into held runs (the processor registers them);
+    ``before_accept()`` runs before each accept (the processor commits waiting outcomes);
+    ``stopping`` ends every ``take``.  A ``jobs.StoreError`` from accepting is kept in
+    ``fatal`` (the processor stops with it)."""
+
+    def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, before_accept,
+                 stopping: threading.Event, stats):
+        self.acceptor = Acceptor(db, types)
+        self.lanes = lanes
+        self.prefetch = prefetch
+        self._hold = hold
+        self._before_accept = before_accept
+        self._stopping = stopping
+        self._stats = stats
+        self._cond = threading.Condition()
+        self._ready: collections.deque = collections.deque()
+        self._accepting = False
+        self._idle = 0  # lanes inside take()
+        self._pace = 1.0  # moving average of a run's seconds (pessimistic until measured)
+        self._pause = 0.0
+        self.fatal: BaseException | None = None
+
+    def take(self):
+        """The next run for the calling lane; None once stopping."""
+        with self._cond:
+            self._idle += 1
+        try:
+            while True:
+                with self._cond:
+                    while True:
+                        if self._stopping.is_set() or self.fatal is not None:
+                            return None
+                        if self._ready:
+                            return self._ready.popleft()
+                        if not self._accepting:
+                            self._accepting = True
+                            limit = self._batch_size()
+                            break
+                        self._cond.wait(ACCEPT_SLICE)
+                runs = []
+                try:
+                    self._before_accept()
+                    runs = self._accept(limit)
+                finally:
+                    with self._cond:
+                        self._accepting = False
+                        self._ready.extend(runs)
+                        self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._idle -= 1
+
+    def empty(self) -> bool:
+        return not self._ready
+
+    def ran(self, seconds: float) -> None:
+        """A lane ran a job in ``seconds``: the pace the next batches are sized by."""
+        self._pace += PACE_WEIGHT * (seconds - self._pace)
+
+    def stop(self) -> None:
+        self.acceptor.wake.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _batch_size(self) -> int:
+        by_pace = math.ceil(self.lanes * PREFETCH_WINDOW / max(self._pace, 1e-6))
+        return max(1, min(self.prefetch, max(self._idle, by_pace)))
+
+    def _accept(self, limit: int) -> list:
+        try:
+            taken = self.acceptor.step(ACCEPT_SLICE, limit)
+            self._pause = 0.0
+        except jobs.StoreError as exc:  # the store cannot be used (layout, corruption): stop
+            self.fatal = exc
+            return []
+        except Exception:  # noqa: BLE001 - the store failing: log, pause, go on
+            log.exception("accept failed")
+            self._stats["errors"] += 1
+            self._pause = min(ERROR_PAUSE_MAX, max(0.05, self._pause * 2))
+            self._stopping.wait(self._pause)
+            return []
+        return self._hold(taken) if taken else []
