@@ -456,6 +456,9 @@ def test_registration_and_run_errors_are_clear(db):
         p.handler("")
     with pytest.raises(ValueError, match="concurrency"):
         p.run(concurrency=0, signals=False)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="prefetch"):
+            Processor(db, prefetch=bad)
     with pytest.raises(ValueError, match="reserved"):
         processors.submit(db, "t", {TASK_KEY: 1})
     with pytest.raises(ValueError, match="not both"):
@@ -524,3 +527,138 @@ def test_a_failing_on_commit_is_a_failed_run_and_writes_nothing(db, app):
         with pytest.raises(TaskFailed, match="output rejected"):
             p.submit("t").result(DEADLINE)
     assert _outputs(db, app) == {}
+
+
+# --- batches: prefetch and group commit ---------------------------------------------------
+
+
+def _active(db, type):
+    return len(jobs.get_active_jobs_ids(db, type))
+
+
+def test_short_jobs_are_accepted_and_finished_in_batches(db):
+    """One lane holds several short jobs at once (taken in one transaction), never more
+    than ``prefetch``, and every job still runs and finishes exactly once."""
+    p = Processor(db, prefetch=8)
+    seen = []
+
+    @p.handler("t", timeout=30)
+    def handler(ctx):
+        seen.append((ctx.job_id, _active(db, "t")))
+
+    jobs.set_type_timeout(db, "t", 30)
+    for i in range(300):
+        jobs.add(db, "t", f"j{i}", {})
+    with running(p, concurrency=1):
+        assert wait_until(lambda: len(seen) >= 300 and _active(db, "t") == 0)
+    assert sorted(job_id for job_id, _ in seen) == sorted(f"j{i}" for i in range(300))
+    held = [n for _, n in seen]
+    assert max(held) > 1 and max(held) <= 8
+    assert all(j.state == "finished" for j in jobs.get_jobs(db, "t"))
+    assert p.stats["succeeded"] == 300 and p.stats["accepted"] == 300
+
+
+def test_long_jobs_are_taken_one_at_a_time(db):
+    """Jobs that take long are not prefetched: an idle worker elsewhere can take them."""
+    p = Processor(db, prefetch=32)
+    held = []
+
+    @p.handler("t", timeout=30)
+    def handler(ctx):
+        held.append(_active(db, "t"))
+        time.sleep(0.1)
+
+    jobs.set_type_timeout(db, "t", 30)
+    for i in range(5):
+        jobs.add(db, "t", f"j{i}", {})
+    with running(p, concurrency=1):
+        assert wait_until(lambda: len(held) == 5 and _active(db, "t") == 0)
+    assert held == [1] * 5
+
+
+def test_prefetched_jobs_are_handed_back_at_stop(db):
+    """Jobs accepted in a batch but not started when the processor stops go back to
+    pending at once, never run by it, never left running."""
+    p = Processor(db, grace=0.1, prefetch=16)
+    ran = []
+
+    @p.handler("t", timeout=60)
+    def handler(ctx):
+        ran.append(ctx.job_id)
+        while ctx.data.get("block"):  # until interrupted by the hand-back
+            time.sleep(0.01)
+
+    jobs.set_type_timeout(db, "t", 60)
+    for i in range(50):  # short jobs first: the pace that makes the next batches large
+        jobs.add(db, "t", f"warm{i}", {})
+
+    @jobs.transactional
+    def add_blocking(tr):
+        for i in range(30):
+            jobs.add(tr, "t", f"b{i}", {"block": True})
+
+    with running(p, concurrency=1):
+        assert wait_until(lambda: len(ran) == 50)
+        add_blocking(db)
+        # one is running, some were prefetched behind it
+        assert wait_until(lambda: len(ran) == 51 and _active(db, "t") > 1)
+    assert _active(db, "t") == 0
+    assert [jobs.get_job_state(db, "t", f"b{i}") for i in range(30)] == ["pending"] * 30
+    assert len(ran) == 51
+    assert p.stats["released"] > 1
+
+
+def test_group_commit_writes_each_outcome_under_its_own_fence(db):
+    """A job lost before the shared transaction commits writes nothing; the others in the
+    same transaction are finished (or resubmitted) all the same."""
+    from processors.behaviors import Outcome
+    from processors.context import Run
+    from processors.finishes import Finishes
+
+    jobs.set_type_timeout(db, "t", 60)
+    for job_id in "abc":
+        jobs.add(db, "t", job_id, {"v": job_id})
+    taken = {j.id: j for j in jobs.accept_many(db, "t", 3, timeout=0)}
+    runs = {job_id: Run(db, job, 20.0) for job_id, job in taken.items()}
+    written = {}
+    finishes = Finishes(db, written=lambda run, kind: written.update({run.job.id: kind}),
+                        failed=lambda run: written.update({run.job.id: "error"}))
+    jobs.remove(db, "t", "b")  # b is lost
+    assert finishes.add(runs["a"], Outcome({"done": "a"}), "succeeded")
+    assert finishes.add(runs["b"], Outcome({"done": "b"}), "succeeded")
+    assert finishes.add(runs["c"], Outcome({"again": "c"}, time.time() + 3600), "retried")
+    finishes.flush()
+    assert written == {"a": "succeeded", "b": None, "c": "retried"}
+    assert jobs.get_job(db, "t", "a").data == {"done": "a"} and jobs.get_job_state(db, "t", "a") == "finished"
+    assert state(db, "t", "b") == "not_found" and runs["b"].halted.is_set()
+    c = jobs.get_job(db, "t", "c")
+    assert c.state == "pending" and c.data == {"again": "c"} and c.scheduled_time > time.time()
+    assert len(finishes) == 0
+
+
+def test_an_interrupt_meant_for_an_ended_call_never_hits_the_next_one():
+    from processors.interrupt import Interruptible, Interrupted
+
+    lane = Interruptible()
+    first = lane.start()
+    assert lane.run(lambda: "one") == ("one", None)
+    second = lane.start()
+
+    def work():
+        first()  # late: its call ended
+        for _ in range(200):
+            time.sleep(0.001)
+        return "two"
+
+    assert lane.run(work) == ("two", None) and not lane.interrupted
+
+    def interrupted():
+        second_now = lane.start()  # (a third call)
+        second()  # meant for the second call: nothing
+        second_now()
+        for _ in range(5000):
+            time.sleep(0.001)
+        return "never"
+
+    result, error = lane.run(interrupted)
+    assert result is None and isinstance(error, Interrupted) and lane.interrupted
