@@ -19,6 +19,7 @@ fields plus one:
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import orjson
@@ -50,19 +51,24 @@ class Row:
 
 def encode_row(row: Row) -> bytes:
     """Row value (``seq`` complete or None); for a running row use :func:`encode_stamped_row`."""
-    return fdb_tuple.pack((row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    return _pack_row(row.seq, row)
 
 
 def encode_stamped_row(row: Row, seq: Versionstamp) -> bytes:
     """Row value whose Seq is ``seq``, an incomplete versionstamp filled in at commit (for
     ``set_versionstamped_value``)."""
-    return fdb_tuple.pack_with_versionstamp((seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    if seq.is_complete():
+        raise ValueError("encode_stamped_row takes an incomplete versionstamp")
+    # the tuple layer's trailer: where the 10 bytes to fill in start (after the 0x33 code)
+    return _pack_row(seq, row) + _STAMP_AT_1
 
 
 def decode_row(raw: bytes, where: str = "a job row") -> Row:
     """Row of a stored value; StoreError when it is not a row this layout wrote."""
     try:
-        fields = fdb_tuple.unpack(raw)
+        fields = _unpack_row(raw)
+        if fields is None:  # not the usual shape (e.g. a five-field couch_jobs row)
+            fields = fdb_tuple.unpack(raw)
         row = Row(*fields)
         ok = isinstance(row.stime, float) and isinstance(row.data, bytes)
     except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
@@ -70,6 +76,81 @@ def decode_row(raw: bytes, where: str = "a job row") -> Row:
     if not ok:
         raise StoreError(f"{where} is corrupt: unexpected field types {fields!r:.200}")
     return row
+
+
+# --- the row tuple, fast ------------------------------------------------------------------
+# Rows are written and read for every job operation, and the generic tuple layer is pure
+# Python and slow; these produce and parse exactly its bytes for the row's one shape
+# (tests/test_codec.py checks them against it).
+
+_NONE, _BYTES, _DOUBLE, _FALSE, _TRUE, _STAMP = b"\x00", 0x01, 0x21, b"\x26", b"\x27", 0x33
+_DOUBLE_BE = struct.Struct(">d")
+_STAMP_AT_1 = struct.pack("<L", 1)
+
+
+def _pack_bytes(value: bytes) -> bytes:
+    return b"\x01" + value.replace(b"\x00", b"\x00\xff") + b"\x00"
+
+
+def pack_double(value: float) -> bytes:
+    """A float as the tuple layer packs it (code 0x21)."""
+    raw = _DOUBLE_BE.pack(value)
+    if raw[0] & 0x80:  # negative: every bit flipped
+        return b"\x21" + bytes(b ^ 0xFF for b in raw)
+    return b"\x21" + bytes((raw[0] ^ 0x80,)) + raw[1:]
+
+
+def _pack_row(seq, row: Row) -> bytes:
+    if not (isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool):
+        return fdb_tuple.pack((seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    return b"".join((
+        _NONE if seq is None else b"\x33" + seq.to_bytes(),
+        _NONE if row.lock is None else _pack_bytes(row.lock),
+        pack_double(row.stime),
+        _TRUE if row.resubmit else _FALSE,
+        _pack_bytes(row.data),
+        _NONE if row.last_lock is None else _pack_bytes(row.last_lock),
+    ))
+
+
+def _read_bytes(raw: bytes, pos: int) -> tuple[bytes, int]:
+    """The byte string whose body starts at ``pos``; the position after its terminator."""
+    end = raw.index(b"\x00", pos)
+    while raw[end + 1:end + 2] == b"\xff":
+        end = raw.index(b"\x00", end + 2)
+    return raw[pos:end].replace(b"\x00\xff", b"\x00"), end + 1
+
+
+def _unpack_row(raw: bytes) -> tuple | None:
+    """The six fields of a row in the usual shape, else None (left to the tuple layer)."""
+    fields = []
+    pos, n = 0, len(raw)
+    while pos < n:
+        code = raw[pos]
+        if code == 0x00:
+            fields.append(None)
+            pos += 1
+        elif code == _BYTES:
+            value, pos = _read_bytes(raw, pos + 1)
+            fields.append(value)
+        elif code == _DOUBLE:
+            body = raw[pos + 1:pos + 9]
+            if len(body) != 8:
+                return None
+            body = bytes((body[0] ^ 0x80,)) + body[1:] if body[0] & 0x80 else bytes(b ^ 0xFF for b in body)
+            fields.append(_DOUBLE_BE.unpack(body)[0])
+            pos += 9
+        elif code in (0x26, 0x27):
+            fields.append(code == 0x27)
+            pos += 1
+        elif code == _STAMP:
+            if n < pos + 13:
+                return None
+            fields.append(Versionstamp.from_bytes(raw, pos + 1))
+            pos += 13
+        else:
+            return None
+    return tuple(fields) if len(fields) == 6 else None
 
 
 # --- job data ----------------------------------------------------------------------------

@@ -24,9 +24,11 @@ timeout and travels in every ``Job``, so a Job used against another store is det
 
 from __future__ import annotations
 
+import functools
 import uuid
 import weakref
 
+from .codec import pack_double
 from .engine import Subspace
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
@@ -47,12 +49,24 @@ LAYOUT_KEY = META.pack(("layout",))
 STORE_ID_KEY = META.pack(("store_id",))
 
 
+@functools.lru_cache(maxsize=1024)
+def _prefix(subspace: Subspace, type: str) -> bytes:
+    return subspace.pack((type,))
+
+
+def _pack_str(value: str) -> bytes:
+    """A string as the tuple layer packs it (code 0x02), for the keys made per job."""
+    return b"\x02" + value.encode().replace(b"\x00", b"\x00\xff") + b"\x00"
+
+
 def data_key(type: str, job_id: str) -> bytes:
-    return DATA.pack((type, job_id))
+    return _prefix(DATA, type) + _pack_str(job_id)
 
 
 def pending_key(type: str, stime: float, job_id: str) -> bytes:
-    return PENDING.pack((type, stime, job_id))
+    if not isinstance(stime, float):
+        return PENDING.pack((type, stime, job_id))
+    return _prefix(PENDING, type) + pack_double(stime) + _pack_str(job_id)
 
 
 def pending_prefix(type: str, stime: float | None = None) -> bytes:
@@ -144,10 +158,25 @@ def ensure_store(tr) -> None:
         tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
 
 
+# transaction -> (its read version, future of the store id): one read per transaction
+# attempt, however many jobs it touches (a retried attempt has another read version).
+_store_ids: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
+
+
 def store_id_future(tr):
     """Future of the raw store id (a snapshot read), to wait on with :func:`store_id_of`.
-    Not cached: a store can be wiped and recreated under the same database handle."""
-    return tr.snapshot.get(STORE_ID_KEY)
+    Read once per transaction attempt; not cached across transactions: a store can be
+    wiped and recreated under the same database handle."""
+    version = tr.get_read_version().wait()
+    try:
+        known = _store_ids.get(tr)
+    except TypeError:  # not weak-referenceable: read every time
+        return tr.snapshot.get(STORE_ID_KEY)
+    if known is not None and known[0] == version:
+        return known[1]
+    future = tr.snapshot.get(STORE_ID_KEY)
+    _store_ids[tr] = (version, future)
+    return future
 
 
 def store_id_of(future) -> bytes | None:

@@ -219,6 +219,10 @@ def _check_stamp_param(param: bytes) -> None:
 _SET, _CLEAR, _ATOMIC, _UNREADABLE = 0, 1, 2, 3
 
 
+_PUT = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+_DELETE = "DELETE FROM kv WHERE k = ?"
+
+
 class Transaction:
     """One FoundationDB-style transaction on the embedded store.  Not thread-safe."""
 
@@ -695,36 +699,54 @@ class Transaction:
                 raise FDBError(E.NOT_COMMITTED)
 
     def _apply(self, conn, stamp: bytes) -> list[tuple[bytes, bytes]]:
-        """Replay the mutation log inside the commit; returns the write conflict ranges."""
+        """Replay the mutation log inside the commit; returns the write conflict ranges.
+        Runs of plain writes go to SQLite in one ``executemany`` each (in log order, so
+        the last write of a key wins)."""
         written: list[tuple[bytes, bytes]] = []
-        put = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+        puts: list[tuple[bytes, bytes]] = []
+        deletes: list[tuple[bytes]] = []
+
+        def flush() -> None:
+            if puts:
+                conn.executemany(_PUT, puts)
+                puts.clear()
+            if deletes:
+                conn.executemany(_DELETE, deletes)
+                deletes.clear()
+
         for m in self._log:
             kind = m[0]
-            if kind == "set":
-                conn.execute(put, (m[1], m[2]))
-                written.append((m[1], m[1] + b"\x00"))
-            elif kind == "clear":
-                conn.execute("DELETE FROM kv WHERE k = ?", (m[1],))
-                written.append((m[1], m[1] + b"\x00"))
-            elif kind == "clear_range":
-                conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
-                written.append((m[1], m[2]))
-            elif kind == "atomic":
-                _op, op, key, param = m
-                row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-                value = ATOMIC_OPS[op](row[0] if row else None, param)
-                if value is None:
-                    conn.execute("DELETE FROM kv WHERE k = ?", (key,))
+            if kind == "set" or kind == "stamp_key" or kind == "stamp_value":
+                if deletes:
+                    flush()
+                if kind == "set":
+                    key, value = m[1], m[2]
+                elif kind == "stamp_key":
+                    key, value = _apply_stamp(m[1], stamp), m[2]
                 else:
-                    conn.execute(put, (key, value))
+                    key, value = m[1], _apply_stamp(m[2], stamp)
+                puts.append((key, value))
                 written.append((key, key + b"\x00"))
-            elif kind == "stamp_key":
-                key = _apply_stamp(m[1], stamp)
-                conn.execute(put, (key, m[2]))
-                written.append((key, key + b"\x00"))
-            else:  # stamp_value
-                conn.execute(put, (m[1], _apply_stamp(m[2], stamp)))
+            elif kind == "clear":
+                if puts:
+                    flush()
+                deletes.append((m[1],))
                 written.append((m[1], m[1] + b"\x00"))
+            else:
+                flush()
+                if kind == "clear_range":
+                    conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
+                    written.append((m[1], m[2]))
+                else:  # atomic
+                    _op, op, key, param = m
+                    row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+                    value = ATOMIC_OPS[op](row[0] if row else None, param)
+                    if value is None:
+                        conn.execute(_DELETE, (key,))
+                    else:
+                        conn.execute(_PUT, (key, value))
+                    written.append((key, key + b"\x00"))
+        flush()
         return written
 
     def get_committed_version(self) -> int:

@@ -1,0 +1,51 @@
+"""The row codec's fast path writes and reads exactly the tuple layer's bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs.codec import Row, decode_row, encode_row, encode_stamped_row
+from jobs.engine import Versionstamp
+from jobs.engine import tuple as fdb_tuple
+from jobs.errors import StoreError
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=20))
+complete_seq = st.builds(Versionstamp, st.binary(min_size=10, max_size=10), st.integers(0, 0xFFFF))
+doubles = st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 1e-300, -1e300])
+rows = st.builds(Row, st.one_of(st.none(), complete_seq), maybe_bytes, doubles, st.booleans(),
+                 st.binary(max_size=50), maybe_bytes)
+
+
+@given(rows)
+def test_rows_encode_as_the_tuple_layer_does_and_read_back(row):
+    raw = encode_row(row)
+    assert raw == fdb_tuple.pack((row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    assert decode_row(raw) == row
+
+
+@given(rows, st.integers(0, 0xFFFF))
+def test_stamped_rows_encode_as_the_tuple_layer_does(row, user_version):
+    seq = Versionstamp(user_version=user_version)
+    expected = fdb_tuple.pack_with_versionstamp((seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    assert encode_stamped_row(row, seq) == expected
+
+
+def test_five_field_rows_as_couch_jobs_writes_them_still_read():
+    raw = fdb_tuple.pack((None, None, 5.0, False, b"{}"))
+    assert decode_row(raw) == Row(None, None, 5.0, False, b"{}", None)
+
+
+@pytest.mark.parametrize("raw", [b"", b"\x01abc", b"\x21\x00", b"\x15\x01" * 6, fdb_tuple.pack((1, 2))])
+def test_corrupt_rows_are_a_store_error(raw):
+    with pytest.raises(StoreError, match="corrupt"):
+        decode_row(raw)
+
+
+@given(st.text(min_size=1, max_size=30), st.text(min_size=1, max_size=30), doubles)
+def test_job_keys_are_the_tuple_layers(type, job_id, stime):
+    from jobs import keys
+
+    assert keys.data_key(type, job_id) == keys.DATA.pack((type, job_id))
+    assert keys.pending_key(type, stime, job_id) == keys.PENDING.pack((type, stime, job_id))
