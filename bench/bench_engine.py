@@ -92,31 +92,39 @@ def add_jobs(url: str, n: int) -> float:
     return n / elapsed
 
 
-def worker(url: str, barrier, results) -> None:
-    """Accept and finish no-op jobs until none is left; report (count, end time)."""
+def worker(url: str, barrier, results, batch: int = 1) -> None:
+    """Accept and finish no-op jobs until none is left; report (count, end time).  With
+    ``batch`` > 1: ``accept_many(batch)``, then one transaction finishing them all."""
     db = jobs.open(url)
     jobs.get_type_timeout(db, TYPE)  # open the store before the clock starts
     barrier.wait()
     done = 0
+
+    @jobs.transactional
+    def finish_all(tr, taken):
+        for job in taken:
+            jobs.finish(tr, job)
+
     while True:
-        job = jobs.accept(db, TYPE, timeout=0)
-        if job is None:
+        taken = jobs.accept_many(db, TYPE, batch, timeout=0)
+        if not taken:
             if jobs.pending_count(db, TYPE) == 0:
                 break
             continue
-        jobs.finish(db, job)
-        done += 1
+        finish_all(db, taken)
+        done += len(taken)
     results.put((done, time.monotonic()))
     db.close()
 
 
-def drain(url: str, n: int, workers: int) -> float:
-    """Jobs/s (accept + finish) of ``workers`` processes emptying a store of ``n`` jobs.
+def drain(url: str, n: int, workers: int, batch: int = 1) -> float:
+    """Jobs/s (accept + finish) of ``workers`` processes emptying a store of ``n`` jobs
+    (``batch`` jobs per accept and per finish transaction).
     The clock starts when every worker has opened the store (process start-up excluded)
     and stops when the last one finds the queue empty."""
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(workers + 1), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(url, barrier, results)) for _ in range(workers)]
+    procs = [ctx.Process(target=worker, args=(url, barrier, results, batch)) for _ in range(workers)]
     for p in procs:
         p.start()
     barrier.wait(timeout=120)

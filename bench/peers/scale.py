@@ -1,7 +1,9 @@
 """Ours only: the cost of one ``add`` and of one ``accept`` + ``finish`` with many jobs
 pending.  One store grows through the sizes (preloaded in 5,000-job transactions); at
-each size, ``--ops`` adds (one per transaction) and then as many accept+finish pairs are
-timed, so the pending count stays where it was.  Prints JSON:
+each size, after an untimed warm-up of ``--ops`` adds (the first commits after a bulk load
+pay for checkpointing its write-ahead log: ~5x slower at 1M for a few hundred commits),
+``--ops`` adds (one per transaction) and then as many accept+finish pairs are timed, so
+the pending count stays where it was.  Prints JSON:
 ``{"sizes": [...], "add_us": [[run, ...], ...], "take_us": [[...], ...], "preload_s": [...]}``
 
     python -m bench.peers.scale --dir DIR --sizes 1000 100000 1000000 --ops 500 --repeat 3
@@ -63,6 +65,8 @@ def main(argv=None) -> int:
         preload(db, have, size)
         out["preload_s"].append(time.monotonic() - t)
         have = size
+        time_adds(db, args.ops, f"s{size}warm")
+        time_takes(db, args.ops)
         adds, takes = [], []
         for r in range(args.repeat):
             adds.append(time_adds(db, args.ops, f"s{size}r{r}"))
