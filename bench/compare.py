@@ -40,7 +40,7 @@ from bench import bench_engine  # noqa: E402
 from bench.peers import env  # noqa: E402
 
 ROOT = env.ROOT
-PEERS = ["ours", "huey", "rq", "rq_simple", "celery", "procrastinate"]
+PEERS = ["ours", "ours_p1", "huey", "rq", "rq_simple", "celery", "procrastinate"]
 # The peer classes (stdlib-only at import: their libraries load inside their methods).
 CLASSES = {name: importlib.import_module(f"bench.peers.{name}_peer").PEER for name in PEERS}
 TITLES = {name: cls.title for name, cls in CLASSES.items()}
@@ -128,7 +128,7 @@ def drive(peer: str, workload: str, params: dict, base: str, servers, timeout: f
     workdir = os.path.join(base, f"{seq[0]:03d}-{peer}-{workload}")
     os.makedirs(workdir)
     out = os.path.join(workdir, "result.json")
-    py = sys.executable if peer == "ours" else env.peers_python()
+    py = sys.executable if CLASSES[peer].venv == "ours" else env.peers_python()
     argv = [py, "-m", "bench.peers.harness", peer, workload, "--workdir", workdir, "--out", out,
             "--params", json.dumps(params)]
     if servers is not None:
@@ -394,7 +394,7 @@ def main(argv=None) -> int:
     base = tempfile.mkdtemp(prefix="jobs-compare-")
     info = machine(base)
     log(f"machine: {info['cores']} CPUs ({info['cpu']}), {info['fs']}; work in {base}")
-    peers_needed = [p for p in args.peers if p != "ours"] and any(w in args.workloads for w in WORKLOADS[:3])
+    peers_needed = [p for p in args.peers if CLASSES[p].venv != "ours"] and any(w in args.workloads for w in WORKLOADS[:3])
     servers_needed = {s for p in args.peers for s in CLASSES[p].needs} if peers_needed else set()
     if servers_needed:
         env.ensure_packages()

@@ -76,13 +76,17 @@ class AcceptCall:
 
     # --- one attempt ---------------------------------------------------------------------
 
-    def attempt(self) -> list[Job] | Wait | None:
+    def attempt(self, also=None) -> list[Job] | Wait | None:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait; or
-        None (a stale queue entry was dropped: attempt again at once)."""
-        return run(self.db, self._body)
+        None (a stale queue entry was dropped: attempt again at once).  ``also(tr)``, if
+        given, writes the caller's own changes in the same transaction (committed in every
+        case; e.g. a worker's finished jobs)."""
+        return run(self.db, self._body, also)
 
-    def _body(self, tr):
+    def _body(self, tr, also=None):
         keys.check_layout(tr)
+        if also is not None:
+            also(tr)
         store = keys.store_id_future(tr)
         mine = self._already_mine(tr)
         if mine:

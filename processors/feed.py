@@ -2,8 +2,8 @@
 sized to what the lanes will run soon.
 
 A lane that needs a job takes one from the feed's buffer; when the buffer is empty, one
-lane (the others wait) first commits the outcomes waiting to be written, then accepts a
-batch.  The batch is at least one job per waiting lane and at most ``prefetch``; between
+lane (the others wait) accepts a batch, in a transaction that also writes the outcomes
+waiting to be written (one commit finishes the last batch and takes the next).  The batch is at least one job per waiting lane and at most ``prefetch``; between
 those, as many as the lanes run in ``PREFETCH_WINDOW`` seconds at the recent pace.  So
 short jobs go by the dozen per commit, while long ones are taken one at a time and never
 sit in one worker's buffer while another worker idles.  Accepted jobs are held (running,
@@ -42,8 +42,11 @@ class Acceptor:
         self._calls: dict[str, AcceptCall] = {}
         self._waits: list[Wait] = []
 
-    def step(self, slice_seconds: float, limit: int = 1) -> list[jobs.Job]:
-        """Up to ``limit`` jobs of one type, or [] after waiting up to a slice."""
+    def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
+        """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
+        writes in the first accept transaction (committed whatever it finds)."""
+        if also is not None:
+            self._cancel_waits()  # attempt now, so that ``also`` is written now
         if not self._waits:
             self.wake.clear()
             for type in random.sample(self.types, len(self.types)):
@@ -51,7 +54,8 @@ class Acceptor:
                 if call is None:  # a call (and its lock) lives until it returns jobs (1021)
                     call = self._calls[type] = AcceptCall(self.db, type)
                 call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
-                out = call.attempt()
+                out = call.attempt(also)
+                also = None
                 if isinstance(out, list):
                     del self._calls[type]
                     self._cancel_waits()
@@ -77,17 +81,17 @@ class Feed:
     """The buffer of accepted jobs shared by a processor's ``lanes`` threads.
 
     ``hold(jobs)`` turns accepted jobs into held runs (the processor registers them);
-    ``before_accept()`` runs before each accept (the processor commits waiting outcomes);
+    ``finishes``: the outcomes waiting to be written, written by each accept transaction;
     ``stopping`` ends every ``take``.  A ``jobs.StoreError`` from accepting is kept in
     ``fatal`` (the processor stops with it)."""
 
-    def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, before_accept,
+    def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, finishes,
                  stopping: threading.Event, stats):
         self.acceptor = Acceptor(db, types)
         self.lanes = lanes
         self.prefetch = prefetch
         self._hold = hold
-        self._before_accept = before_accept
+        self._finishes = finishes
         self._stopping = stopping
         self._stats = stats
         self._cond = threading.Condition()
@@ -117,7 +121,6 @@ class Feed:
                         self._cond.wait(ACCEPT_SLICE)
                 runs = []
                 try:
-                    self._before_accept()
                     runs = self._accept(limit)
                 finally:
                     with self._cond:
@@ -130,6 +133,11 @@ class Feed:
 
     def empty(self) -> bool:
         return not self._ready
+
+    @property
+    def accepting(self) -> bool:
+        """A lane is accepting (perhaps waiting for jobs to be added)."""
+        return self._accepting
 
     def ran(self, seconds: float) -> None:
         """A lane ran a job in ``seconds``: the pace the next batches are sized by."""
@@ -145,16 +153,23 @@ class Feed:
         return max(1, min(self.prefetch, max(self._idle, by_pace)))
 
     def _accept(self, limit: int) -> list:
+        """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction."""
+        batch = self._finishes.take()
+        write, lost = self._finishes.writer(batch) if batch else (None, None)
         try:
-            taken = self.acceptor.step(ACCEPT_SLICE, limit)
+            taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
             self._pause = 0.0
-        except jobs.StoreError as exc:  # the store cannot be used (layout, corruption): stop
-            self.fatal = exc
-            return []
-        except Exception:  # noqa: BLE001 - the store failing: log, pause, go on
-            log.exception("accept failed")
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            if batch:  # not written: on their own, then
+                self._finishes.commit(batch)
+            if isinstance(exc, jobs.StoreError):  # the store cannot be used (layout, corruption): stop
+                self.fatal = exc
+                return []
+            log.exception("accept failed")  # the store failing: log, pause, go on
             self._stats["errors"] += 1
             self._pause = min(ERROR_PAUSE_MAX, max(0.05, self._pause * 2))
             self._stopping.wait(self._pause)
             return []
+        if batch:
+            self._finishes.report(batch, lost)
         return self._hold(taken) if taken else []

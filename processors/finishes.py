@@ -1,9 +1,10 @@
 """Group commit of run outcomes: the outcomes of several runs written in one transaction.
 
 A lane whose handler returned queues the outcome (finish, with a resubmission for retries
-and recurring jobs) and goes on to its next job.  The queue is committed when the lanes
-are about to accept (nothing prefetched is left), when it holds ``limit`` outcomes, or
-when its oldest has waited ``FINISH_DELAY`` seconds; one committer at a time.  Every job
+and recurring jobs) and goes on to its next job.  The queue is written by the next accept
+transaction (when nothing prefetched is left: one commit finishes the last batch and takes
+the next), or committed on its own when it holds ``limit`` outcomes or its oldest has
+waited ``FINISH_DELAY`` seconds (one such committer at a time).  Every job
 keeps its own fence inside the shared transaction: a job lost meanwhile (``Halt``) writes
 nothing and does not stop the others from committing.  Outcomes that cannot share a
 transaction (``on_commit`` writes) are not queued: the processor writes them alone.
@@ -55,10 +56,11 @@ class Finishes:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def due(self, idle: bool) -> bool:
-        """Whether to commit now; ``idle``: nothing more is prefetched."""
+    def due(self, now: bool) -> bool:
+        """Whether to commit on their own now: ``now`` (no accept will carry them soon),
+        ``limit`` outcomes queued, or the oldest waited ``FINISH_DELAY``."""
         queue = self._queue
-        return bool(queue) and (idle or len(queue) >= self.limit or time.monotonic() - self._oldest >= FINISH_DELAY)
+        return bool(queue) and (now or len(queue) >= self.limit or time.monotonic() - self._oldest >= FINISH_DELAY)
 
     def flush(self, wait: bool = True) -> None:
         """Commit everything queued (also what is queued meanwhile).  ``wait=False``:
@@ -66,29 +68,49 @@ class Finishes:
         if not self._committing.acquire(blocking=wait):
             return
         try:
-            while True:
-                with self._lock:
-                    batch, self._queue = self._queue[: self.limit], self._queue[self.limit:]
-                    self._oldest = time.monotonic()
-                if not batch:
-                    return
-                self._commit(batch)
+            while batch := self.take():
+                self.commit(batch)
         finally:
             self._committing.release()
 
-    def _commit(self, batch: list) -> None:
+    def take(self) -> list:
+        """Remove up to ``limit`` queued outcomes, to be written by :meth:`commit` or by
+        another transaction through :meth:`writer` (then :meth:`report`)."""
+        with self._lock:
+            batch, self._queue = self._queue[: self.limit], self._queue[self.limit:]
+            self._oldest = time.monotonic()
+        return batch
+
+    def writer(self, batch: list):
+        """``(write, lost)``: ``write(tr)`` writes ``batch`` inside a caller's transaction
+        (e.g. the next accept's), ``lost`` then holds the runs whose jobs were lost in the
+        attempt that committed."""
+        lost: set = set()
+
+        def write(tr) -> None:
+            lost.clear()  # (a retried attempt starts over)
+            lost.update(_write_all(tr, batch))
+
+        return write, lost
+
+    def commit(self, batch: list) -> None:
+        """Write ``batch`` in a transaction of its own (one by one if it fails together)."""
         try:
             lost = run_transaction(self.db, _write_all, batch)
         except Exception:  # noqa: BLE001 - e.g. too large together: write them one by one
             if len(batch) > 1:
                 for entry in batch:
-                    self._commit([entry])
+                    self.commit([entry])
                 return
             run = batch[0][0]
             log.exception("job %s/%s: writing its outcome failed; its type timeout will re-enqueue it",
                           run.job.type, run.job.id)
             self._failed(run)
             return
+        self.report(batch, lost)
+
+    def report(self, batch: list, lost: set) -> None:
+        """Tell of ``batch`` once it committed, ``lost`` naming the runs that wrote nothing."""
         for run, _outcome, kind in batch:
             if run in lost:
                 run.halted.set()

@@ -241,7 +241,7 @@ class Processor:
         """Run the lanes until stop() (replacing any that retired), then shut down."""
         self._token = anyio.lowlevel.current_token()
         self._feed = feed = Feed(self.db, self.types, concurrency, self.prefetch, hold=self._hold,
-                                 before_accept=self._finishes.flush, stopping=self._stopping, stats=self.stats)
+                                 finishes=self._finishes, stopping=self._stopping, stats=self.stats)
         if self._stopping.is_set():  # stop() came before the feed existed
             feed.stop()
         lanes = [self._start_lane(i) for i in range(concurrency)]
@@ -251,7 +251,7 @@ class Processor:
                 for i, lane in enumerate(lanes):
                     if not lane.is_alive():  # retired after an interrupt: a fresh thread
                         lanes[i] = self._start_lane(i)
-                if self._finishes.due(idle=False):  # outcomes waiting while every lane is busy
+                if self._finishes.due(now=False):  # outcomes waiting while every lane is busy
                     await anyio.to_thread.run_sync(self._finishes.flush, False)
         except anyio.get_cancelled_exc_class():
             self._hurry.set()  # cancelled: no grace period
@@ -276,7 +276,9 @@ class Processor:
             if run is None:
                 return
             self._execute(run, lane)
-            if self._finishes.due(idle=feed.empty()):
+            # Nothing prefetched left: this lane's next accept writes the outcomes, unless
+            # another lane is accepting (it may be waiting for jobs): then commit them now.
+            if self._finishes.due(now=feed.empty() and feed.accepting):
                 self._finishes.flush(wait=False)
 
     def _hold(self, taken: list) -> list[Run]:

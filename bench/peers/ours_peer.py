@@ -16,11 +16,11 @@ TIMEOUT = 5.0
 
 
 @functools.cache
-def _processor():
+def _processor(prefetch: int = 32):
     import jobs
     import processors
 
-    p = processors.Processor(jobs.open(), grace=1)
+    p = processors.Processor(jobs.open(), grace=1, prefetch=prefetch)
 
     @p.handler(TYPE, timeout=TIMEOUT)
     def noop(ctx):
@@ -42,8 +42,10 @@ class OursPeer(Peer):
     title = "ours (embedded engine)"
     venv = "ours"
     packages = ("fdb-jobs",)
+    module = "bench.peers.ours_peer"
     settings = (f"one store file (WAL, synchronous=NORMAL); `jobs worker --concurrency 1` (a `processors.Processor`, "
-                f"which also runs an activity monitor); type timeout {TIMEOUT:g} s")
+                f"which also runs an activity monitor; it accepts up to 32 short jobs per transaction); "
+                f"type timeout {TIMEOUT:g} s")
     recovery = (f"activity monitor re-enqueues a job not updated for one type timeout ({TIMEOUT:g} s); "
                 "a dedicated `jobs monitor` process runs")
 
@@ -79,7 +81,7 @@ class OursPeer(Peer):
         jobs.add(self.db, TYPE, f"e{self.n}", {"enq": enq, "block": block} if block else {"enq": enq})
 
     def worker_cmd(self):
-        return [python(), "-m", "jobs.cli", "--store", self.url, "worker", "bench.peers.ours_peer:processor",
+        return [python(), "-m", "jobs.cli", "--store", self.url, "worker", f"{self.module}:processor",
                 "--concurrency", "1"]
 
     def helper_cmds(self, workload):
