@@ -44,7 +44,8 @@ PEERS = ["ours", "ours_p1", "huey", "rq", "rq_simple", "celery", "procrastinate"
 # The peer classes (stdlib-only at import: their libraries load inside their methods).
 CLASSES = {name: importlib.import_module(f"bench.peers.{name}_peer").PEER for name in PEERS}
 TITLES = {name: cls.title for name, cls in CLASSES.items()}
-WORKLOADS = ["burndown", "steady", "recovery", "scale", "limit"]
+WORKLOADS = ["burndown", "steady", "sustained", "recovery", "scale", "limit"]
+QUEUE_WORKLOADS = ("burndown", "steady", "sustained", "recovery")  # run for every peer
 log = env.log
 
 
@@ -58,6 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, nargs="+", default=[1, 4], help="burn-down worker processes (1 4)")
     p.add_argument("--rates", type=float, nargs="+", default=[50.0, 200.0],
                    help="steady producer rates, jobs/s (50 200)")
+    p.add_argument("--sustained-jobs", type=int, help="jobs the sustained producer adds (default 10,000; quick 1,000)")
     p.add_argument("--secs", type=float, help="steady phase length, s (default 20; quick 5)")
     p.add_argument("--cap", type=float, help="recovery cap, s (default 60; quick 30)")
     p.add_argument("--scale-sizes", type=int, nargs="+", help="pending jobs for scale (1k 100k 1M; quick 1k 10k)")
@@ -72,6 +74,7 @@ def parse_args(argv=None):
     a.repeat = a.repeat or (1 if q else 3)
     a.jobs = a.jobs or (2000 if q else 20_000)
     a.secs = a.secs or (5.0 if q else 20.0)
+    a.sustained_jobs = a.sustained_jobs or (1000 if q else 10_000)
     a.cap = a.cap or (30.0 if q else 60.0)
     a.scale_sizes = a.scale_sizes or ([1000, 10_000] if q else [1000, 100_000, 1_000_000])
     a.commits = a.commits or (2000 if q else 5000)
@@ -83,8 +86,8 @@ def parse_args(argv=None):
     for x in a.workloads:
         if x not in WORKLOADS:
             p.error(f"unknown workload {x!r}; workloads: {', '.join(WORKLOADS)}")
-    if min(a.repeat, a.jobs - 1, a.scale_ops) < 1:
-        p.error("--repeat and --scale-ops must be at least 1, --jobs at least 2")
+    if min(a.repeat, a.jobs - 1, a.scale_ops, a.sustained_jobs) < 1:
+        p.error("--repeat, --scale-ops and --sustained-jobs must be at least 1, --jobs at least 2")
     return a
 
 
@@ -180,6 +183,10 @@ def run_all(args, base: str, servers) -> list[dict]:
                     res = drive(peer, "steady", {"rate": rate, "secs": args.secs, "workers": 4}, base, servers,
                                 240 + args.secs, seq)
                     results.append({**res, "run": r})
+            if "sustained" in wanted:
+                n = min(args.sustained_jobs, CLASSES[peer].max_jobs or args.sustained_jobs)
+                res = drive(peer, "sustained", {"jobs": n, "workers": 4}, base, servers, 240 + n / 20, seq)
+                results.append({**res, "run": r})
             if "recovery" in wanted:
                 res = drive(peer, "recovery", {"cap": args.cap}, base, servers, 240 + args.cap, seq)
                 results.append({**res, "run": r})
@@ -313,6 +320,23 @@ def report(args, info: dict, versions: dict, results: list[dict], limit: dict | 
                 rate += " *saturated*"
             out.append(f"| {TITLES[peer]} | {target:g} | {p50} | {p99} | {rate} |")
         out.append("")
+    if "sustained" in args.workloads:
+        out += [f"## Sustained: a producer adds {args.sustained_jobs:,} jobs as fast as it can, 4 workers run them", "",
+                "One enqueue call per job (as an application adds work), while the workers drain. "
+                "Throughput: jobs / (last handler start - first enqueue); latency: enqueue to handler start.", "",
+                "| queue | jobs/s through | enqueue rate, jobs/s | p50 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
+        for peer in args.peers:
+            if not any(r["peer"] == peer and r["workload"] == "sustained" for r in results):
+                continue
+            n = min(args.sustained_jobs, CLASSES[peer].max_jobs or args.sustained_jobs)
+            cells = [_cells(results, peer, "sustained", k, fmt=f)[0] for k, f in
+                     (("jobs_per_s", "{:,.0f}"), ("enqueue_per_s", "{:,.0f}"), ("p50_ms", "{:,.1f}"),
+                      ("p99_ms", "{:,.1f}"))]
+            title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.sustained_jobs else "")
+            out.append(f"| {title} | " + " | ".join(cells) + " |")
+        extra = [f"{TITLES[r['peer']]}: {r['runs'] - r['jobs']}" for r in results
+                 if r["workload"] == "sustained" and r.get("ok") and r["runs"] > r["jobs"]]
+        out += ["", "Jobs run more than once: " + ("; ".join(extra) if extra else "none") + ".", ""]
     if "recovery" in args.workloads:
         out += [f"## Recovery: `kill -9` of a worker holding a job (2 workers; cap {args.cap:g} s)", "",
                 "Seconds from the kill (of the worker's whole process tree) to the job's next start in the "
@@ -394,7 +418,7 @@ def main(argv=None) -> int:
     base = tempfile.mkdtemp(prefix="jobs-compare-")
     info = machine(base)
     log(f"machine: {info['cores']} CPUs ({info['cpu']}), {info['fs']}; work in {base}")
-    peers_needed = [p for p in args.peers if CLASSES[p].venv != "ours"] and any(w in args.workloads for w in WORKLOADS[:3])
+    peers_needed = [p for p in args.peers if CLASSES[p].venv != "ours"] and any(w in args.workloads for w in QUEUE_WORKLOADS)
     servers_needed = {s for p in args.peers for s in CLASSES[p].needs} if peers_needed else set()
     if servers_needed:
         env.ensure_packages()
@@ -407,7 +431,7 @@ def main(argv=None) -> int:
         if servers_needed:
             servers = env.Servers(base).start()
             versions.update(servers.versions)
-        if any(w in args.workloads for w in ("burndown", "steady", "recovery")):
+        if any(w in args.workloads for w in QUEUE_WORKLOADS):
             results = run_all(args, base, servers)
         if "scale" in args.workloads:
             scale = run_scale(args, base)

@@ -16,6 +16,10 @@ handler records):
   (one stat of records.log) polled every 50 ms.
 * ``steady``: W workers, warmed up and idle; a producer enqueues at RATE jobs/s for SECS
   seconds, each job carrying its enqueue wall time; latency = handler start - enqueue.
+* ``sustained``: W workers, warmed up and idle; a producer enqueues N jobs as fast as it
+  can (one enqueue call each, as an application does) while the workers run them;
+  jobs/s = N / (last handler start - first enqueue): how fast the queue carries work
+  through when adding and running compete, with the latency of each job on the way.
 * ``recovery``: 2 workers (and the peer's helpers, e.g. a monitor); one job that blocks
   until killed; when a worker has started it, ``kill -9`` that worker's process group;
   recovery = the job's next start (in the other worker) - the kill, capped at CAP s.
@@ -161,6 +165,23 @@ def steady(peer, procs: Procs, logdir: str, rate: float, secs: float, workers: i
             "rate": total / produced_s, "target_rate": rate}
 
 
+def sustained(peer, procs: Procs, logdir: str, n: int, workers: int) -> dict:
+    procs.workers(workers)
+    warm_up(peer, procs, workers, logdir)
+    t0 = time.monotonic()
+    for _ in range(n):
+        peer.enqueue(time.time())
+    produced_s = time.monotonic() - t0
+    base = 2 * workers
+    wait_for(lambda: record.count(logdir) >= base + n, max(120.0, n / 20), f"{n} jobs to run", procs)
+    time.sleep(0.2)  # late duplicates, if any
+    recs = [r for r in record.read(logdir) if r[1] > 0]
+    span = max(r[0] for r in recs) - min(r[1] for r in recs)
+    lat = sorted((start - enq) * 1000 for start, enq, _b, _p in recs)
+    return {"jobs_per_s": n / span, "span_s": span, "enqueue_per_s": n / produced_s, "runs": len(recs),
+            "jobs": n, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99)}
+
+
 def _pct(sorted_values: list[float], p: float) -> float:
     if len(sorted_values) == 1:
         return sorted_values[0]
@@ -206,6 +227,8 @@ def run(peer_name: str, workload: str, params: dict, ctx: Ctx) -> dict:
             result.update(burndown(peer, procs, ctx.logdir, params["jobs"], params["workers"]))
         elif workload == "steady":
             result.update(steady(peer, procs, ctx.logdir, params["rate"], params["secs"], params["workers"]))
+        elif workload == "sustained":
+            result.update(sustained(peer, procs, ctx.logdir, params["jobs"], params["workers"]))
         elif workload == "recovery":
             result.update(recovery(peer, procs, ctx.logdir, params["cap"]))
         else:
