@@ -14,8 +14,9 @@ How FDB's guarantees are obtained (see DESIGN.md, "Embedded engine"):
   so stamps increase with commit order.
 * **Lifetime**: a transaction older than 5 s gets 1007, as do read versions older than the
   pruned part of ``commits`` (which keeps ~10 s of history).
-* **Watches**: a per-database thread, woken at once by local commits and polling SQLite's
-  ``data_version`` for other processes' commits while any watch is armed.
+* **Watches**: a per-database thread, woken at once by local commits and, for other
+  processes' commits, by inotify on the store's log (``doorbell.py``), else by polling
+  SQLite's ``data_version`` while any watch is armed.
 
 Several OS processes share the file: writers serialise on an ``flock`` (woken by the kernel,
 unlike SQLite's sleeping busy handler) and then ``BEGIN IMMEDIATE``; WAL keeps readers
@@ -36,6 +37,7 @@ import threading
 import time
 
 from . import errors as E
+from .doorbell import Doorbell
 from .errors import FDBError
 from .fdbapi import KeySelector, KeyValue
 from .futures import Future, Value
@@ -866,11 +868,16 @@ class _Watches:
     """Armed watches of one database: ``key -> [(baseline value, future)]``.
 
     A daemon thread re-reads the watched keys whenever the store changes: at once after a
-    local commit (``poke``), and for other processes' commits by polling SQLite's
-    ``data_version`` every few milliseconds while any watch is armed."""
+    local commit (``poke``), and for other processes' commits as soon as the store's
+    doorbell rings (inotify on its log; see ``doorbell.py``).  Without a doorbell it polls
+    SQLite's ``data_version`` every few milliseconds while any watch is armed; with one it
+    still looks now and then (``BELL_SAFETY``), and goes back to polling for good if it
+    finds commits that the doorbell missed (a filesystem that does not report them)."""
 
-    POLL_MIN = 0.0005
+    POLL_MIN = 0.0005  # also the least time between two checks: a busy store wakes the thread often
     POLL_MAX = 0.004
+    BELL_SAFETY = 0.25
+    BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
 
     def __init__(self, db: "EmbeddedDatabase"):
         self._db = db
@@ -879,6 +886,7 @@ class _Watches:
         self._poked = False
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._bell: Doorbell | None = None  # set and cleared under _cond by the thread
 
     def count(self) -> int:
         return sum(len(v) for v in self._armed.values())
@@ -890,11 +898,17 @@ class _Watches:
                 return
             self._armed.setdefault(key, []).append((baseline, future))
             future.on_ready(lambda f, key=key: self._forget(key, f))
-            self._poked = True  # check the baseline against the store at once
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="jobs-watches", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            self._wake()  # check the baseline against the store at once
+
+    def _wake(self) -> None:
+        """(Under _cond.)  Make the thread look at the store now, wherever it waits."""
+        self._poked = True
+        self._cond.notify()
+        if self._bell is not None:
+            self._bell.ring()
 
     def _forget(self, key: bytes, future: Future) -> None:
         with self._cond:
@@ -907,8 +921,7 @@ class _Watches:
     def poke(self) -> None:
         if self._armed:
             with self._cond:
-                self._poked = True
-                self._cond.notify()
+                self._wake()
 
     def _fail_all(self, error: FDBError) -> None:
         armed, self._armed = self._armed, {}
@@ -921,7 +934,7 @@ class _Watches:
         with self._cond:
             self._closed = True
             self._fail_all(FDBError(E.OPERATION_CANCELLED))
-            self._cond.notify()
+            self._wake()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
@@ -935,26 +948,63 @@ class _Watches:
             except StoreFileError:
                 self._fail_all(FDBError(E.OPERATION_CANCELLED, "store is gone"))
                 return
+            self._bell = Doorbell.open(self._db.path)
+        bell = self._bell
+        misses = 0
         try:
-            last_version = None
+            last_version, last_check = None, 0.0
             interval = self.POLL_MIN
+            rang = False  # the doorbell rang and no new commit was seen since
             while True:
                 with self._cond:
                     while not self._armed and not self._closed:
                         self._cond.wait()
                     if self._closed:
                         return
-                    if not self._poked:
+                    if not self._poked and bell is None:
                         self._cond.wait(interval)
+                    waiting = not self._poked and bell is not None
+                ring = False
+                if waiting:
+                    ring = bell.wait(interval)
+                    rang = rang or ring
+                    pause = last_check + self.POLL_MIN - time.monotonic()
+                    if ring and pause > 0 and not self._poked:  # a burst of commits: one look for all
+                        time.sleep(pause)
+                with self._cond:
+                    if self._closed:
+                        return
                     poked, self._poked = self._poked, False
+                    if poked and bell is not None:
+                        bell.clear()  # (rung with the poke, under this lock)
                     keys = list(self._armed)
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if not poked and version == last_version:
-                    interval = min(interval * 1.25, self.POLL_MAX)
+                    if bell is None:
+                        interval = min(interval * 1.25, self.POLL_MAX)
+                    elif rang:  # the log is being written; the commit shows once it is whole
+                        interval = self.POLL_MIN if ring else min(interval * 1.25, self.BELL_SAFETY)
+                    else:
+                        interval = self.BELL_SAFETY
                     continue
-                last_version, interval = version, self.POLL_MIN
+                if waiting and not rang and not poked and last_version is not None and not bell.wait(0):
+                    # Another process committed and the doorbell did not say so (its event
+                    # would be queued by now: inotify queues it in the write itself).
+                    misses += 1
+                    if misses >= self.BELL_MISSES:
+                        with self._cond:
+                            self._bell = None
+                        bell.close()
+                        bell = None
+                # (with a doorbell, the next commit rings: no need to look again soon)
+                last_version, interval = version, self.POLL_MIN if bell is None else self.BELL_SAFETY
+                rang, last_check = False, time.monotonic()
                 self._check(conn, keys)
         finally:
+            with self._cond:
+                self._bell = None
+            if bell is not None:
+                bell.close()
             conn.close()
 
     def _check(self, conn, keys: list[bytes]) -> None:

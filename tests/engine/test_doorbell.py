@@ -1,0 +1,146 @@
+"""The embedded engine's doorbell (inotify on the store's log): it rings for commits of
+other connections, not for other files; watches fire with it, without it, and when it
+stays silent (the watch thread notices, gives it up and polls)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+
+import pytest
+
+from jobs.engine import embedded
+from jobs.engine.doorbell import Doorbell
+from jobs.engine.embedded import EmbeddedDatabase
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+
+
+def _store(tmp_path) -> str:
+    path = str(tmp_path / "store.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    return path, conn
+
+
+def test_rings_for_a_commit_of_another_connection(tmp_path):
+    path, conn = _store(tmp_path)
+    bell = Doorbell.open(path)
+    assert bell is not None
+    try:
+        bell.wait(0)  # (the set-up's own writes)
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.commit()
+        assert bell.wait(30)
+        assert not bell.wait(0)  # drained
+    finally:
+        bell.close()
+        conn.close()
+
+
+def test_silent_for_other_files_and_rings_on_request(tmp_path):
+    path, conn = _store(tmp_path)
+    bell = Doorbell.open(path)
+    try:
+        bell.wait(0)
+        with open(tmp_path / "records.log", "ab") as f:
+            f.write(b"x\n")
+        with open(tmp_path / "xstore.sqlite-wal", "ab") as f:  # a name that merely ends the same
+            f.write(b"x\n")
+        assert not bell.wait(0.2)
+        bell.ring()
+        assert bell.wait(30)
+    finally:
+        bell.close()
+        conn.close()
+
+
+def test_rings_when_the_log_is_created_again(tmp_path):
+    path, conn = _store(tmp_path)
+    conn.close()  # the last connection: SQLite removes the log
+    assert not os.path.exists(path + "-wal")
+    bell = Doorbell.open(path)
+    try:
+        conn = sqlite3.connect(path)
+        conn.execute("INSERT INTO t VALUES (2)")
+        conn.commit()
+        assert bell.wait(30)
+    finally:
+        bell.close()
+        conn.close()
+
+
+def _watch_fires_for_another_handle(tmp_path) -> EmbeddedDatabase:
+    """Arm a watch on one handle, commit through another (as another process would: its
+    commit pokes only its own handle), and wait for the watch.  Returns the watching db."""
+    path = str(tmp_path / "jobs.sqlite")
+    watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
+    try:
+        tr = watcher.create_transaction()
+        future = tr.watch(b"k")
+        tr.commit().wait()
+        fired = threading.Event()
+        future.on_ready(lambda _f: fired.set())
+        assert not fired.wait(0.1)
+        tr = writer.create_transaction()
+        tr.set(b"k", b"v")
+        tr.commit().wait()
+        assert fired.wait(30), "the watch did not fire"
+        future.wait()
+        return watcher
+    finally:
+        writer.close()
+
+
+def test_watch_fires_with_the_doorbell(tmp_path):
+    watcher = _watch_fires_for_another_handle(tmp_path)
+    try:
+        assert watcher._watches._bell is not None
+    finally:
+        watcher.close()
+
+
+def test_watch_fires_without_a_doorbell(tmp_path, monkeypatch):
+    monkeypatch.setattr(embedded.Doorbell, "open", classmethod(lambda cls, path: None))
+    _watch_fires_for_another_handle(tmp_path).close()
+
+
+class _DeafBell(Doorbell):
+    """A doorbell on a filesystem that reports nothing: only ring() gets through."""
+
+    def _logged(self, events: bytes) -> bool:
+        return False
+
+
+def test_a_silent_doorbell_is_given_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(embedded._Watches, "BELL_SAFETY", 0.05)
+    monkeypatch.setattr(embedded, "Doorbell", _DeafBell)
+    path = str(tmp_path / "jobs.sqlite")
+    watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
+    try:
+        for i in range(embedded._Watches.BELL_MISSES):
+            tr = watcher.create_transaction()
+            future = tr.watch(b"k")
+            tr.commit().wait()
+            fired = threading.Event()
+            future.on_ready(lambda _f: fired.set())
+            assert not fired.wait(0.2)  # (the thread's first look is done: it waits on the bell)
+            tr = writer.create_transaction()
+            tr.set(b"k", b"%d" % i)
+            tr.commit().wait()
+            assert fired.wait(30), "the safety look did not find the commit"
+        assert watcher._watches._bell is None
+        tr = watcher.create_transaction()
+        future = tr.watch(b"k")
+        tr.commit().wait()
+        tr = writer.create_transaction()
+        tr.set(b"k", b"polled")
+        tr.commit().wait()
+        future.wait()  # (polling: fires quickly; the test's timeout bounds it)
+    finally:
+        writer.close()
+        watcher.close()
