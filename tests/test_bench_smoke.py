@@ -32,13 +32,23 @@ def test_record_lines_are_fixed_width(tmp_path, monkeypatch):
     assert [r[1] for r in record.read(str(tmp_path))] == [123.5, 0.0]
 
 
-def test_ours_burndown_and_steady_through_the_harness(tmp_path):
+def test_ours_burndown_steady_and_sustained_through_the_harness(tmp_path):
     result, workdir = _drive(tmp_path, "burndown", {"jobs": 60, "workers": 2})
     assert result["ok"], result
     assert result["runs"] >= 60 and result["jobs_per_s"] > 0
     result, _ = _drive(tmp_path, "steady", {"rate": 20, "secs": 1, "workers": 1})
     assert result["ok"], result
     assert result["jobs"] == 20 and 0 < result["p50_ms"] <= result["p99_ms"]
+    result, _ = _drive(tmp_path, "sustained", {"jobs": 50, "workers": 2})
+    assert result["ok"], result
+    assert result["runs"] == 50 and result["jobs_per_s"] > 0 and result["p99_ms"] >= result["p50_ms"]
+
+
+def test_watch_bench_runs_both_modes():
+    p = subprocess.run([sys.executable, "-m", "bench.bench_watch", "--n", "10", "--gaps", "0.01", "--idle", "0.2"],
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert "| doorbell | 10 ms |" in p.stdout and "| polling | 10 ms |" in p.stdout
 
 
 def test_report_renders_failures_and_numbers():
