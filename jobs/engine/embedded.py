@@ -692,6 +692,7 @@ class Transaction:
         if self._stamp_future is not None:
             self._stamp_future.set_result(stamp)
         self.db._watches.poke()
+        self.db._checkpointer.committed()
 
     def _check_conflicts(self, conn, reads) -> None:
         merged = _merge_ranges(reads)
@@ -948,7 +949,8 @@ class _Watches:
             except StoreFileError:
                 self._fail_all(FDBError(E.OPERATION_CANCELLED, "store is gone"))
                 return
-            self._bell = Doorbell.open(self._db.path)
+            if os.environ.get("JOBS_EMBEDDED_WATCHES", "inotify") != "poll":
+                self._bell = Doorbell.open(self._db.path)
         bell = self._bell
         misses = 0
         try:
@@ -1022,6 +1024,68 @@ class _Watches:
             future.set_result(None)
 
 
+class _Checkpointer:
+    """Copies the write-ahead log back into the store file on a thread of its own.
+
+    SQLite does it inside a commit once the log holds 1000 pages (``wal_autocheckpoint``),
+    under the write lock, for milliseconds (fsyncs): every few hundred commits one commit
+    stalls every writer, which is the tail of job latency.  Here commits leave it to this
+    thread, which runs a PASSIVE checkpoint (it blocks neither writers nor readers) after
+    every ``EVERY`` commits of this process.  The in-commit checkpoint stays as a safety
+    net, at ``SAFETY_PAGES``, for a store written by many processes of few commits each."""
+
+    EVERY = 200
+    SAFETY_PAGES = 20_000  # ~80 MB of log
+
+    def __init__(self, db: "EmbeddedDatabase"):
+        self._db = db
+        self._commits = 0
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.rounds = 0  # checkpoints run (for tests and curious people)
+
+    def committed(self) -> None:
+        self._commits += 1  # (unlocked: an approximate count is enough)
+        if self._commits >= self.EVERY:
+            self._commits = 0
+            with self._lock:
+                if self._closed:
+                    return
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="jobs-checkpoint", daemon=True)
+                    self._thread.start()
+                self._event.set()
+
+    def _run(self) -> None:
+        try:
+            conn = self._db._connect()
+        except StoreFileError:
+            return
+        try:
+            while True:
+                self._event.wait()
+                self._event.clear()
+                if self._closed:
+                    return
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.rounds += 1
+                except sqlite3.DatabaseError:
+                    pass  # (another process is checkpointing; the next round catches up)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._event.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+
 class EmbeddedDatabase:
     """A store file opened by this process.  Thread-safe; share one per process.
 
@@ -1055,6 +1119,7 @@ class EmbeddedDatabase:
         self._lock_fd = None
         self._closed = False
         self._watches = _Watches(self)
+        self._checkpointer = _Checkpointer(self)
         self._init_store()
 
     def __repr__(self) -> str:
@@ -1068,6 +1133,7 @@ class EmbeddedDatabase:
             conn.execute(f"PRAGMA synchronous = {self._sync}")
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA cache_size = -16000")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {_Checkpointer.SAFETY_PAGES}")
         except sqlite3.DatabaseError as exc:
             raise StoreFileError(f"cannot open store {self.path!r}: {exc}") from exc
         return conn
@@ -1078,6 +1144,7 @@ class EmbeddedDatabase:
         self._pool = []
         self._lock_fd = None
         self._watches = _Watches(self)
+        self._checkpointer = _Checkpointer(self)
 
     def _get_conn(self) -> sqlite3.Connection:
         if self._closed:
@@ -1210,6 +1277,7 @@ class EmbeddedDatabase:
             return
         self._closed = True
         self._watches.close()
+        self._checkpointer.close()
         with self._pool_lock:
             pool, self._pool = self._pool, []
         for conn in pool:

@@ -1,6 +1,7 @@
 """The embedded engine's doorbell (inotify on the store's log): it rings for commits of
 other connections, not for other files; watches fire with it, without it, and when it
-stays silent (the watch thread notices, gives it up and polls)."""
+stays silent (the watch thread notices, gives it up and polls).  And the checkpointer
+that keeps SQLite's checkpoints out of commits."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 
 import pytest
 
@@ -109,6 +111,15 @@ def test_watch_fires_without_a_doorbell(tmp_path, monkeypatch):
     _watch_fires_for_another_handle(tmp_path).close()
 
 
+def test_polling_on_request(tmp_path, monkeypatch):
+    monkeypatch.setenv("JOBS_EMBEDDED_WATCHES", "poll")
+    watcher = _watch_fires_for_another_handle(tmp_path)
+    try:
+        assert watcher._watches._bell is None
+    finally:
+        watcher.close()
+
+
 class _DeafBell(Doorbell):
     """A doorbell on a filesystem that reports nothing: only ring() gets through."""
 
@@ -144,3 +155,25 @@ def test_a_silent_doorbell_is_given_up(tmp_path, monkeypatch):
     finally:
         writer.close()
         watcher.close()
+
+
+def test_checkpoints_run_outside_commits(tmp_path):
+    path = str(tmp_path / "jobs.sqlite")
+    db = EmbeddedDatabase(path)
+    try:
+        conn = db._connect()
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == embedded._Checkpointer.SAFETY_PAGES
+        conn.close()
+        for i in range(3 * embedded._Checkpointer.EVERY):
+            tr = db.create_transaction()
+            tr.set(b"k%d" % i, b"v" * 100)
+            tr.commit().wait()
+        deadline = time.monotonic() + 30
+        while db._checkpointer.rounds < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert db._checkpointer.rounds >= 1
+        tr = db.create_transaction()
+        assert tr.get(b"k0").wait() == b"v" * 100
+    finally:
+        db.close()
+    assert not db._checkpointer._thread.is_alive()
