@@ -1,5 +1,5 @@
 """The ``jobs`` console script: look at and change a job store, run a worker or the
-activity monitor.
+activity monitor, serve the status over HTTP.
 
     jobs [--store URL] [--json] COMMAND [ARGS...]
 
@@ -269,6 +269,20 @@ def cmd_monitor(args):
     return {"reenqueued": monitor.reenqueued}
 
 
+def cmd_serve_status(args):
+    """Prints where it serves first (a JSON object with --json), then nothing more: a
+    script starting it reads that line and may stop it with SIGTERM."""
+    from monitor import StatusServer
+
+    with (_store(args) as db, _until_signal() as stop,
+          StatusServer(db, args.host, args.port, limit=args.limit) as server):
+        if args.json:
+            print(orjson.dumps({"url": server.url}).decode(), flush=True)
+        _say(args, f"serving status on {server.url} (/status, /metrics, /healthz)")
+        stop.wait()
+    return None
+
+
 def _load_processor(module_name: str, attr: str):
     """The Processor ``attr`` of ``module_name``, imported as ``python -m`` would (the
     working directory first on sys.path).  ValueError/TypeError say what is missing; an
@@ -398,6 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jobs run at once (default 1)")
     command("monitor", cmd_monitor,
             "run the activity monitor (re-enqueues jobs of dead workers) until SIGTERM/SIGINT")
+    p = command("serve-status", cmd_serve_status,
+                "serve the status over HTTP (/status, /metrics, /healthz, a dashboard at /) "
+                "until SIGTERM/SIGINT")
+    p.add_argument("--host", metavar="H", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", metavar="P", type=functools.partial(_count, least=0), default=8080,
+                   help="port to listen on, 0 for any free one (default 8080)")
+    p.add_argument("--limit", metavar="N", type=functools.partial(_count, least=0), default=10,
+                   help="running jobs listed per type, least recently active first (default 10)")
     p = command("help", cmd_help, "describe the commands, or one command")
     p.add_argument("topic", metavar="COMMAND", nargs="?")
     p.set_defaults(parser=parser)
@@ -412,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         doc = args.run(args)
-        if args.run is not cmd_help:
+        if doc is not None:  # help and serve-status print as they go
             print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if args.json else HUMAN[args.command](doc))
         return 0
     except (jobs.JobsError, jobs.StoreOpenError, ValueError, TypeError) as exc:
@@ -422,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `jobs list | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # serve-status: the address is in use, or not this machine's
+        print(f"jobs: error: {exc}", file=sys.stderr)
         return 1
 
 

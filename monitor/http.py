@@ -1,0 +1,352 @@
+"""The status of a job store over HTTP, for people and for Prometheus (stdlib only):
+
+    /status   the JSON document of ``jobs.status.gather``, as ``jobs status --json`` prints it
+    /metrics  the same counts as Prometheus gauges (text exposition format 0.0.4)
+    /         an HTML dashboard, rendered here and refreshed from /status every 2 s
+    /healthz  ``ok`` when a read transaction on the store succeeds, else 503 and the error
+
+A gather counts index ranges in several transactions, so it is shared: one runs at a time
+and its outcome, failure included, answers every request for ``min_interval`` seconds;
+many scrapers cost one gather per interval.  A failed gather is an answer, not a crash:
+503 on /status and /, ``jobs_status_up 0`` on /metrics.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+import socket
+import string
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import TCPServer
+from urllib.parse import urlsplit
+
+import orjson
+
+from jobs import keys, status
+from jobs.engine.transactional import run
+
+log = logging.getLogger("monitor.http")
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+HTML = "text/html; charset=utf-8"
+METRICS = "text/plain; version=0.0.4; charset=utf-8"
+ALLOW = "GET, HEAD"
+HEALTH_TIMEOUT_MS = 4000  # an unreachable cluster makes /healthz answer 503, not hang
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The outcome of one gather: ``status``, or ``error`` (what went wrong) when it
+    failed; how many ``seconds`` it took and when it ended (``time.monotonic()``)."""
+
+    status: status.Status | None
+    error: str | None
+    seconds: float
+    at: float
+
+
+class StatusServer:
+    """Serves the status of store ``db`` on ``host:port`` (port 0: a free port, see
+    ``.port``); ``limit`` running jobs listed per type; a gather younger than
+    ``min_interval`` seconds is served again.  The socket is bound here: bad arguments
+    raise ValueError first, then a busy address raises OSError naming ``host:port``.
+    ``start()``/``stop()`` (or ``with``) serve on a daemon thread."""
+
+    def __init__(self, db, host: str = "127.0.0.1", port: int = 8080, *, limit: int = 10,
+                 min_interval: float = 1.0):
+        if not isinstance(host, str):
+            raise ValueError(f"host must be a str, not {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int in 0..65535, not {port!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be an int >= 0, not {limit!r}")
+        if isinstance(min_interval, bool) or not isinstance(min_interval, (int, float)) or not min_interval >= 0:
+            raise ValueError(f"min_interval must be a number of seconds >= 0, not {min_interval!r}")
+        self.db, self.host, self.limit, self.min_interval = db, host, limit, min_interval
+        self._gathering = threading.Lock()  # held by the one gather under way
+        self._last: Gathered | None = None  # the latest gather's outcome
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        try:
+            self._server = _Server((host, port), self)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot serve status on {host}:{port}: {exc.strerror or exc}") from exc
+        self.port: int = self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def start(self) -> StatusServer:
+        """Serve on a daemon thread; returns self.  RuntimeError if started or stopped before."""
+        if self._thread is not None or self._stopped:
+            raise RuntimeError("a StatusServer starts once")
+        self._thread = threading.Thread(target=self._server.serve_forever, name="status-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; idempotent.  Requests under way finish on
+        their own daemon threads."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._thread is not None:
+            self._server.shutdown()  # waits for serve_forever to return
+            self._thread.join()
+        self._server.server_close()
+
+    def __enter__(self) -> StatusServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def gathered(self) -> Gathered:
+        """The latest gather if it ended less than ``min_interval`` ago, else a new one.
+        Requests that queued behind a gather get its outcome instead of starting another."""
+        with self._gathering:
+            last = self._last
+            if last is None or time.monotonic() - last.at >= self.min_interval:
+                last = self._last = self._gather()
+            return last
+
+    def _gather(self) -> Gathered:
+        start = time.monotonic()
+        try:
+            st, error = status.gather(self.db, limit=self.limit), None
+        except Exception as exc:  # noqa: BLE001 - any failure is reported to the client
+            log.warning("status gather failed", exc_info=True)
+            st, error = None, f"status gather failed: {type(exc).__name__}: {exc}"
+        end = time.monotonic()
+        return Gathered(st, error, end - start, end)
+
+    def health(self) -> str | None:
+        """None if a read transaction on the store succeeds, else what went wrong."""
+        try:
+            run(self.db, _probe)
+        except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def _probe(tr) -> None:
+    tr.options.set_timeout(HEALTH_TIMEOUT_MS)
+    tr.get_read_version().wait()
+    tr.snapshot.get(keys.LAYOUT_KEY).wait()
+
+
+# --- /metrics --------------------------------------------------------------------------------
+
+# One gauge family per TypeStatus field, labelled by type: (name, field, help).
+GAUGES = (
+    ("jobs_pending", "pending", "Jobs waiting to run, due or scheduled later."),
+    ("jobs_due", "due", "Pending jobs scheduled at or before now."),
+    ("jobs_running", "running", "Jobs accepted by a worker and not finished."),
+    ("jobs_finished", "finished", "Finished jobs still in the store."),
+    ("jobs_oldest_due_age_seconds", "oldest_due_age", "How long the longest-waiting due job has waited."),
+    ("jobs_type_timeout_seconds", "timeout", "How long a running job of the type may go without update."),
+)
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format requires."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    return repr(value)
+
+
+def metrics_text(g: Gathered) -> str:
+    """The Prometheus text of one gather; a failed one has no per-type samples."""
+    lines: list[str] = []
+
+    def family(name: str, help: str, samples: list[tuple[str, float]]) -> None:
+        lines.extend([f"# HELP {name} {help}", f"# TYPE {name} gauge"])
+        lines.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
+
+    types = g.status.types if g.status is not None else []
+    for name, field, help in GAUGES:
+        family(name, help, [(f'{{type="{_label(t.type)}"}}', getattr(t, field))
+                            for t in types if getattr(t, field) is not None])
+    family("jobs_status_gather_seconds", "How long the last status gather took.", [("", g.seconds)])
+    family("jobs_status_up", "1 if the last status gather succeeded, 0 if it failed.",
+           [("", 0 if g.error else 1)])
+    return "\n".join(lines) + "\n"
+
+
+# --- / ---------------------------------------------------------------------------------------
+
+TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "last change"]
+RUNNING_HEADERS = ["type", "id", "last activity"]
+
+# The script renders the cells exactly as _seconds, _ago and dashboard_html below do.
+PAGE = string.Template("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>jobs status</title>
+<style>
+body { font: 14px system-ui, sans-serif; margin: 1.5em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }
+td { font-variant-numeric: tabular-nums; }
+#note { color: #666; }
+</style></head>
+<body>
+<h1>jobs status</h1>
+<p id="note">$note</p>$versions
+<table><thead><tr>$type_headers</tr></thead><tbody id="types">$type_rows</tbody></table>
+<h2>Running jobs, least recently active first</h2>
+<table><thead><tr>$running_headers</tr></thead><tbody id="running">$running_rows</tbody></table>
+<script>
+const secs = v => v === null ? "-" : v.toFixed(1) + " s";
+const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
+function fill(id, rows) {
+  document.getElementById(id).replaceChildren(...rows.map(cells => {
+    const tr = document.createElement("tr");
+    for (const c of cells) tr.insertCell().textContent = c;
+    return tr;
+  }));
+}
+async function refresh() {
+  const note = document.getElementById("note");
+  try {
+    const r = await fetch("status", {cache: "no-store"});
+    const s = await r.json();
+    if (!r.ok) throw new Error(s.error);
+    fill("types", s.types.map(t => [t.type, secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
+                                    t.running, t.finished, ago(t.last_change)]));
+    fill("running", s.types.flatMap(t => t.running_jobs.map(j => [t.type, j.id, ago(j.last_activity)])));
+    note.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString();
+  } catch (e) {
+    note.textContent = "refresh failed: " + e.message;
+  }
+}
+setInterval(refresh, 2000);
+</script>
+</body></html>
+""")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _ago(a: status.Activity | None) -> str:
+    if a is None:
+        return "-"
+    return f"{a.behind} commits ago" if a.age is None else f"~{a.age:.1f} s ago"
+
+
+def _rows(rows: list[list]) -> str:
+    return "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+
+
+def dashboard_html(st: status.Status) -> str:
+    """The dashboard with ``st`` in it, so that it shows the status without JavaScript."""
+    types = [[t.type, _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
+              t.finished, _ago(t.last_change)] for t in st.types]
+    running = [[t.type, r.id, _ago(r.last_activity)] for t in st.types for r in t.running_jobs]
+    return PAGE.substitute(
+        note=html.escape("updated " + time.strftime("%H:%M:%S", time.localtime(st.now))),
+        versions="" if st.versions != "commits" else
+        "\n<p>Embedded engine: the store records activity as commit versions, not times.</p>",
+        type_headers="".join(f"<th>{h}</th>" for h in TYPE_HEADERS),
+        running_headers="".join(f"<th>{h}</th>" for h in RUNNING_HEADERS),
+        type_rows=_rows(types),
+        running_rows=_rows(running),
+    )
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a slow client never keeps the process alive
+
+    def __init__(self, address: tuple[str, int], owner: StatusServer):
+        self.owner = owner
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer's own server_bind looks the host's name up (getfqdn): a DNS query we
+        # do not need, since the name is only used for CGI.
+        TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def handle_error(self, request, client_address) -> None:
+        """To the log, not stderr; a client that went away is routine."""
+        log.debug("request from %s failed", client_address[0], exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "jobs-status"
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path  # the query string is ignored
+        route = {"/": self._dashboard, "/status": self._status, "/metrics": self._metrics,
+                 "/healthz": self._healthz}.get(path)
+        if route is None:
+            self._send(404, TEXT, f"not found: {path}; try /, /status, /metrics, /healthz\n")
+        else:
+            route(self.server.owner)
+
+    do_HEAD = do_GET
+
+    def __getattr__(self, name: str):
+        """Every other method (``do_POST``, ``do_FOO``...): 405 rather than http.server's 501."""
+        if name.startswith("do_"):
+            return self._not_allowed
+        raise AttributeError(name)
+
+    def _not_allowed(self) -> None:
+        self._send(405, TEXT, f"method {self.command} not allowed; use {ALLOW}\n", Allow=ALLOW)
+
+    def _status(self, owner: StatusServer) -> None:
+        g = owner.gathered()
+        if g.error:
+            self._send(503, JSON, orjson.dumps({"error": g.error}))
+        else:
+            self._send(200, JSON, orjson.dumps(g.status))
+
+    def _metrics(self, owner: StatusServer) -> None:
+        self._send(200, METRICS, metrics_text(owner.gathered()))
+
+    def _dashboard(self, owner: StatusServer) -> None:
+        g = owner.gathered()
+        if g.error:
+            self._send(503, TEXT, g.error + "\n")
+        else:
+            self._send(200, HTML, dashboard_html(g.status))
+
+    def _healthz(self, owner: StatusServer) -> None:
+        error = owner.health()
+        if error is None:
+            self._send(200, TEXT, "ok\n")
+        else:
+            self._send(503, TEXT, error + "\n")
+
+    def _send(self, code: int, content_type: str, body: str | bytes, **headers: str) -> None:
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def log_message(self, format: str, *args) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
