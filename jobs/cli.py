@@ -235,9 +235,15 @@ def cmd_status(args):
 
 @contextlib.contextmanager
 def _until_signal():
-    """An Event set by SIGTERM or SIGINT while inside (the handlers are put back after)."""
+    """An Event set by SIGTERM or SIGINT while inside (the handlers are put back after).
+    The handler sets it from another thread: it runs in the main thread, which may be
+    inside ``stop.wait()`` holding the Event's own (not reentrant) lock."""
     stop = threading.Event()
-    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(*_):
+        threading.Thread(target=stop.set, daemon=True).start()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield stop
     finally:
