@@ -54,6 +54,7 @@ MAX_WATCHES = 10_000
 
 HISTORY_SECONDS = 10.0  # how long commit write ranges are kept for conflict checks
 PRUNE_EVERY = 256  # commits between prunes of that history
+PRUNE_SCAN = 4 * PRUNE_EVERY  # oldest history entries a prune looks at
 
 # on_error backoff, FoundationDB client defaults.
 INITIAL_BACKOFF = 0.01
@@ -1210,8 +1211,13 @@ class EmbeddedDatabase:
             )
 
     def _prune(self, conn, now: float, pruned: int) -> int:
-        """Drop commit history older than HISTORY_SECONDS; returns the new pruned version."""
-        row = conn.execute("SELECT MAX(version) FROM commits WHERE ts < ?", (now - HISTORY_SECONDS,)).fetchone()
+        """Drop commit history older than HISTORY_SECONDS; returns the new pruned version.
+        Only the oldest PRUNE_SCAN entries are looked at (this runs under the write lock:
+        its cost must not grow with the commit rate); a backlog goes over several prunes."""
+        row = conn.execute(
+            "SELECT MAX(version) FROM (SELECT version, ts FROM commits ORDER BY version LIMIT ?) WHERE ts < ?",
+            (PRUNE_SCAN, now - HISTORY_SECONDS),
+        ).fetchone()
         if row[0] is None:
             return pruned
         conn.execute("DELETE FROM commits WHERE version <= ?", (row[0],))

@@ -1,7 +1,6 @@
 """The embedded engine's doorbell (inotify on the store's log): it rings for commits of
 other connections, not for other files; watches fire with it, without it, and when it
-stays silent (the watch thread notices, gives it up and polls).  And the checkpointer
-that keeps SQLite's checkpoints out of commits."""
+stays silent (the watch thread notices, gives it up and polls)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 
 import pytest
 
@@ -156,24 +154,3 @@ def test_a_silent_doorbell_is_given_up(tmp_path, monkeypatch):
         writer.close()
         watcher.close()
 
-
-def test_checkpoints_run_outside_commits(tmp_path):
-    path = str(tmp_path / "jobs.sqlite")
-    db = EmbeddedDatabase(path)
-    try:
-        conn = db._connect()
-        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == embedded._Checkpointer.SAFETY_PAGES
-        conn.close()
-        for i in range(3 * embedded._Checkpointer.EVERY):
-            tr = db.create_transaction()
-            tr.set(b"k%d" % i, b"v" * 100)
-            tr.commit().wait()
-        deadline = time.monotonic() + 30
-        while db._checkpointer.rounds < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert db._checkpointer.rounds >= 1
-        tr = db.create_transaction()
-        assert tr.get(b"k0").wait() == b"v" * 100
-    finally:
-        db.close()
-    assert not db._checkpointer._thread.is_alive()
