@@ -165,6 +165,11 @@ def drive(peer: str, workload: str, params: dict, base: str, servers, timeout: f
     return result
 
 
+def _size(peer: str, jobs: int) -> int:
+    """Jobs a workload of ``jobs`` gives ``peer`` (a slow peer has a cap)."""
+    return min(jobs, CLASSES[peer].max_jobs or jobs)
+
+
 def run_all(args, base: str, servers) -> list[dict]:
     results: list[dict] = []
     seq = [0]
@@ -174,7 +179,7 @@ def run_all(args, base: str, servers) -> list[dict]:
         for peer in args.peers:
             wanted = [w for w in args.workloads if w not in CLASSES[peer].skip]
             if "burndown" in wanted:
-                n = min(args.jobs, CLASSES[peer].max_jobs or args.jobs)
+                n = _size(peer, args.jobs)
                 for w in args.workers:
                     res = drive(peer, "burndown", {"jobs": n, "workers": w}, base, servers, 240 + n / 25, seq)
                     results.append({**res, "run": r})
@@ -184,7 +189,7 @@ def run_all(args, base: str, servers) -> list[dict]:
                                 240 + args.secs, seq)
                     results.append({**res, "run": r})
             if "sustained" in wanted:
-                n = min(args.sustained_jobs, CLASSES[peer].max_jobs or args.sustained_jobs)
+                n = _size(peer, args.sustained_jobs)
                 res = drive(peer, "sustained", {"jobs": n, "workers": 4}, base, servers, 240 + n / 20, seq)
                 results.append({**res, "run": r})
             if "recovery" in wanted:
@@ -292,7 +297,7 @@ def report(args, info: dict, versions: dict, results: list[dict], limit: dict | 
                 "| queue | " + " | ".join(f"W = {w}" for w in args.workers) + " |",
                 "|---|" + "---:|" * len(args.workers)]
         for peer in args.peers:
-            n = min(args.jobs, CLASSES[peer].max_jobs or args.jobs)
+            n = _size(peer, args.jobs)
             cells = [_cells(results, peer, "burndown", "jobs_per_s", {"workers": w, "jobs": n})[0]
                      for w in args.workers]
             title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
@@ -328,7 +333,7 @@ def report(args, info: dict, versions: dict, results: list[dict], limit: dict | 
         for peer in args.peers:
             if not any(r["peer"] == peer and r["workload"] == "sustained" for r in results):
                 continue
-            n = min(args.sustained_jobs, CLASSES[peer].max_jobs or args.sustained_jobs)
+            n = _size(peer, args.sustained_jobs)
             cells = [_cells(results, peer, "sustained", k, fmt=f)[0] for k, f in
                      (("jobs_per_s", "{:,.0f}"), ("enqueue_per_s", "{:,.0f}"), ("p50_ms", "{:,.1f}"),
                       ("p99_ms", "{:,.1f}"))]
