@@ -12,7 +12,7 @@ Code above this package is written against the FDB API only: ``tr.get(k).wait()`
 
 from .errors import FDBError, error_code, is_retryable
 from .fdbapi import KeySelector, KeyValue, Subspace, Versionstamp, strinc, tuple
-from .futures import wait_future
+from .futures import value_of, wait_future
 from .transactional import is_database, transactional
 
 __all__ = [
@@ -27,5 +27,6 @@ __all__ = [
     "strinc",
     "transactional",
     "tuple",
+    "value_of",
     "wait_future",
 ]

@@ -26,6 +26,17 @@ def wait_future(future, timeout: float | None) -> bool:
     return ready.wait(timeout)
 
 
+def value_of(future) -> bytes | None:
+    """The bytes a ``get`` future holds, or None when the key is absent, on either engine.
+
+    The bindings' ``Value`` future is its own result (``wait()`` returns the future, which is
+    never None) and tells absence by ``present()``; read values through this."""
+    value = future.wait()
+    if value is None:
+        return None
+    return bytes(value) if value.present() else None
+
+
 class Future:
     """A value or an error that arrives later (set once, from any thread)."""
 
