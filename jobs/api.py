@@ -34,6 +34,7 @@ from . import checks, keys, pending, rows
 from .accepting import AcceptCall
 from .codec import Row, decode_data, encode_data
 from .engine import tuple as fdb_tuple
+from .engine import value_of
 from .engine.transactional import within
 from .errors import ForeignJobError, Halt, NoTypeTimeout, NotFound
 from .job import Job, JobInfo
@@ -124,7 +125,7 @@ def set_type_timeout(tr, type: str, seconds: float) -> None:
 def get_type_timeout(tr, type: str) -> float | None:
     """The type's timeout in seconds, or None when it has none."""
     checks.name(type, "type")
-    raw = _in(tr, lambda tr: tr.get(keys.timeout_key(type)).wait())
+    raw = _in(tr, lambda tr: value_of(tr.get(keys.timeout_key(type))))
     return None if raw is None else float(fdb_tuple.unpack(raw)[0])
 
 
@@ -161,7 +162,7 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     raw = encode_data(data)
 
     def body(tr):
-        if tr.get(keys.timeout_key(type)).wait() is None:
+        if not tr.get(keys.timeout_key(type)).wait().present():
             raise NoTypeTimeout(
                 f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first"
             )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from .engine import Versionstamp
+from .engine import Versionstamp, pack_versionstamp
 from .engine import tuple as fdb_tuple
 from .errors import JobDataError, StoreError
 
@@ -101,10 +101,11 @@ def pack_double(value: float) -> bytes:
 
 
 def _pack_row(seq, row: Row) -> bytes:
+    packed_seq = _NONE if seq is None else pack_versionstamp(seq)
     if not (isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool):
-        return fdb_tuple.pack((seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+        return packed_seq + fdb_tuple.pack((row.lock, row.stime, row.resubmit, row.data, row.last_lock))
     return b"".join((
-        _NONE if seq is None else b"\x33" + seq.to_bytes(),
+        packed_seq,
         _NONE if row.lock is None else _pack_bytes(row.lock),
         pack_double(row.stime),
         _TRUE if row.resubmit else _FALSE,
