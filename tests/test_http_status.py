@@ -25,6 +25,7 @@ import pytest
 import jobs
 import monitor
 from jobs import cli, status
+from legacy import add_unchecked
 from monitor import StatusServer
 from waiting import DEADLINE, wait_until
 
@@ -67,8 +68,8 @@ def fill(db) -> None:
     jobs.update(db, first)
     jobs.add(db, "t", "late", scheduled_time=time.time() - 500)  # after the accepts: they may pick it
     jobs.add(db, "t", "future", scheduled_time=time.time() + 3600)
-    jobs.set_type_timeout(db, WEIRD, 5)
-    jobs.add(db, WEIRD, "w", scheduled_time=time.time() + 3600)  # no due job: no oldest-wait sample
+    # (jobs.add refuses control characters in names now: as an older release wrote it)
+    add_unchecked(db, WEIRD, "w", scheduled_time=time.time() + 3600, timeout=5)  # no due job: no oldest-wait sample
     jobs.set_type_timeout(db, "cleared", 5)
     jobs.add(db, "cleared", "c")
     jobs.clear_type_timeout(db, "cleared")  # its job still shows, with no timeout
