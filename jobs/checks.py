@@ -14,7 +14,7 @@ import re
 MAX_TIME = 253370764800.0  # 9999-01-01T00:00:00Z
 # Characters that break a line or a column of text: C0 and C1 controls (tab and newline
 # included), DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -35,7 +35,7 @@ def name(value, what: str, *, new: bool = False) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"{what} {value!r} is not valid text: {exc.reason}") from exc
-    control = _CONTROL.search(value) if new else None
+    control = CONTROL_CHARACTERS.search(value) if new else None
     if control is not None:
         raise ValueError(
             f"{what} {value!r:.200} contains the control character {control.group()!r} (at {control.start()}): "
@@ -63,7 +63,7 @@ def scheduled_time(value, what: str = "scheduled_time") -> float:
     value = seconds(value, what)
     if value >= MAX_TIME:
         raise ValueError(
-            f"{what} must be before the year 9999 (less than {MAX_TIME:.0f} seconds since the epoch), not {value:g}"
+            f"{what} must be before the year 9999 (less than {MAX_TIME:.0f} seconds since the epoch), not {value:.15g}"
         )
     return value
 

@@ -16,7 +16,8 @@ from jobs.checks import MAX_TIME
 from jobs.codec import DATA_LIMIT
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.urls import open_database
-from legacy import add_unchecked
+from stored import add_unchecked
+from stored import snapshot as store_snapshot
 
 T = "t"
 NAN, INF = math.nan, math.inf
@@ -25,12 +26,6 @@ NAN, INF = math.nan, math.inf
 @pytest.fixture(autouse=True)
 def type_timeout(db):
     jobs.set_type_timeout(db, T, 60)
-
-
-def store_snapshot(db) -> list:
-    """Every key and value of the job layer: to show that a failed call wrote nothing."""
-    r = keys.ROOT.range()
-    return [(bytes(k), bytes(v)) for k, v in db.get_range(r.start, r.stop)]
 
 
 @pytest.fixture

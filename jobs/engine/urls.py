@@ -92,7 +92,7 @@ def _open_embedded(url: str, path: str | None, create: bool):
 
     if path is not None:
         if not create and not os.path.exists(path):
-            raise StoreOpenError(f"cannot open store {url!r}: there is no store file {path!r}; check the path")
+            raise StoreOpenError(f"cannot open store {url!r}: store file {path!r} does not exist; check the path")
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise StoreOpenError(

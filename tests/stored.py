@@ -1,12 +1,20 @@
-"""Stores as an older release left them: jobs written without today's argument checks (a
-scheduled time no date can show, names with control characters), so that tests can show
-that every view still displays them and that they can be removed."""
+"""What tests need to look at or prepare a store directly: a snapshot of the job layer's
+keys (to show that a refused call wrote nothing), and jobs written as an older release
+wrote them, without today's argument checks (a scheduled time no date can show, names with
+control characters), to show that every view still displays them and that they can be
+removed."""
 
 from __future__ import annotations
 
 import jobs
 from jobs import keys, rows
 from jobs.engine import tuple as fdb_tuple
+
+
+def snapshot(db) -> list[tuple[bytes, bytes]]:
+    """Every key and value of the job layer."""
+    r = keys.ROOT.range()
+    return [(bytes(k), bytes(v)) for k, v in db.get_range(r.start, r.stop)]
 
 
 @jobs.transactional
