@@ -15,6 +15,7 @@ import pytest
 
 import jobs
 import pipeline
+from jobs.engine import FDBError
 from pipeline import ingest
 from pipeline.errors import (
     DatabaseExists,
@@ -185,6 +186,54 @@ def test_placement_is_stable_under_concurrent_requests(sky):
     ingest.register_database(db, "sky2", chunks=4, location=str(pipeline.get_database(db, "sky").location) + "2")
     other = ingest.begin_transaction(db, "sky2")
     assert {c: ingest.chunk_placement(db, other.id, c).worker for c in placed} == placed
+
+
+def interleaved(db, *calls):
+    """Run each call (a function of a transaction) in its own transaction, every call's
+    reads done before any transaction commits; then commit them in order, each retried as
+    the retry loop would (a new attempt on a conflict).  ``[(result, attempts)]``."""
+    trs = [db.create_transaction() for _ in calls]
+    results = [call(tr) for call, tr in zip(calls, trs)]
+    out = []
+    for call, tr, result in zip(calls, trs, results):
+        attempts = 1
+        while True:
+            try:
+                tr.commit().wait()
+                break
+            except FDBError as exc:
+                tr.on_error(exc).wait()
+                attempts += 1
+                result = call(tr)
+        out.append((result, attempts))
+    return out
+
+
+def test_placements_forced_to_interleave_serialise(sky):
+    """Two placements that both read before either commits: the second must conflict and
+    be retried (placement reads are conflicting reads), so that it sees the first."""
+    db = sky
+    for name in ("w1", "w2"):
+        ingest.register_worker(db, name, threads=4)
+    txn = ingest.begin_transaction(db, "sky")
+
+    def place(chunk):
+        return lambda tr: ingest.chunk_placement(tr, txn.id, chunk).worker
+
+    alone = {}  # where each chunk goes when placed alone (asked in a transaction never committed)
+    for chunk in range(4):
+        tr = db.create_transaction()
+        alone[chunk] = place(chunk)(tr)
+        tr.cancel()
+    a, b = next((a, b) for a in range(4) for b in range(a + 1, 4) if alone[a] == alone[b])  # 4 chunks, 2 workers
+    # new chunks that alone would go to one worker: the second, retried, sees the first's count
+    (first, n1), (second, n2) = interleaved(db, place(a), place(b))
+    assert (first, n1) == (alone[a], 1)
+    assert n2 == 2 and second != first  # spread over both workers
+    # the same new chunk twice: the second, retried, finds it placed
+    c = next(c for c in range(4) if c not in (a, b))
+    (first, n1), (second, n2) = interleaved(db, place(c), place(c))
+    assert (n1, n2) == (1, 2) and first == second == ingest.chunk_placement(db, txn.id, c).worker
 
 
 # --- prerequisites -------------------------------------------------------------------------
