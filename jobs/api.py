@@ -111,8 +111,8 @@ def _row_of(tr, job: Job) -> Row | None:
 def set_type_timeout(tr, type: str, seconds: float) -> None:
     """Seconds a running job of ``type`` may go without ``update`` before the activity
     monitor re-enqueues it.  Must be set before jobs of the type are added.  ValueError
-    unless positive and finite."""
-    checks.name(type, "type")
+    unless positive and finite, or when ``type`` contains control characters."""
+    checks.name(type, "type", new=True)
     seconds = checks.seconds(seconds, "type timeout", positive=True)
 
     def body(tr):
@@ -154,11 +154,13 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     * running: flagged to run again at ``scheduled_time`` when it finishes (data ignored);
     * finished: pending again with the new data.
 
-    Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data."""
-    checks.name(type, "type")
-    checks.name(job_id, "job id")
+    Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data;
+    ValueError when type or id contains control characters or ``scheduled_time`` is not a
+    time a view can show as a date (negative, NaN, from the year 9999 on)."""
+    checks.name(type, "type", new=True)
+    checks.name(job_id, "job id", new=True)
     keys.check_key_sizes(type, job_id)
-    stime = checks.seconds(scheduled_time, "scheduled_time")
+    stime = checks.scheduled_time(scheduled_time)
     raw = encode_data(data)
 
     def body(tr):
@@ -366,7 +368,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         raise checks.ArgumentTypeError(f"expected a Job or JobInfo, not {type(job).__name__}")
     checks.name(job.type, "type")
     checks.name(job.id, "job id")
-    stime = None if scheduled_time is None else checks.seconds(scheduled_time, "scheduled_time")
+    stime = None if scheduled_time is None else checks.scheduled_time(scheduled_time)
     raw = None if data is None else encode_data(data)
 
     def body(tr):

@@ -18,6 +18,7 @@ import functools
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -29,6 +30,7 @@ import orjson
 
 import jobs
 
+from . import checks
 from . import status as status_mod
 from .engine.urls import ENV_VAR, default_url
 
@@ -41,30 +43,54 @@ POLL = 0.5  # seconds between looks at the monitor's re-enqueue counter
 
 
 def parse_time(text: str, now: float | None = None) -> float:
-    """``--at``: seconds since the epoch, ``+N[s|m|h|d]`` from now, or an ISO-8601 time
-    (local time when it names no zone)."""
+    """``--at``: seconds since the epoch, ``+N[s|m|h|d]`` from now, ``-N[s|m|h|d]`` ago, or
+    an ISO-8601 time (local time when it names no zone); a time a date can show (as
+    ``jobs.add`` checks it: not negative, before the year 9999)."""
     text = text.strip()
     try:
-        if text.startswith("+"):
+        if text[:1] in ("+", "-"):
             amount, unit = (text[1:-1], text[-1]) if text[-1:] in _UNITS else (text[1:], "s")
-            return (time.time() if now is None else now) + float(amount) * _UNITS[unit]
-        try:
-            return float(text)
-        except ValueError:
-            return datetime.fromisoformat(text).timestamp()
+            sign = 1 if text[0] == "+" else -1
+            value = (time.time() if now is None else now) + sign * float(amount) * _UNITS[unit]
+        else:
+            try:
+                value = float(text)
+            except ValueError:
+                value = datetime.fromisoformat(text).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"bad time {text!r}: expected seconds since the epoch, an ISO-8601 time or +N[s|m|h|d]"
+            f"bad time {text!r}: expected seconds since the epoch, an ISO-8601 time, +N[s|m|h|d] (from now) "
+            "or -N[s|m|h|d] (ago)"
         ) from None
+    try:
+        return checks.scheduled_time(value, "the time")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad time {text!r}: {exc}") from None
 
 
-def _count(text: str, least: int) -> int:
+_PAST = re.compile(r"-[0-9.]")
+
+
+def _attach_past_times(argv: list[str]) -> list[str]:
+    """``--at -5m`` as ``--at=-5m``: argparse takes an argument that starts with '-' for an
+    option (unless it is a plain negative number) and --at would miss its value."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--at" and _PAST.match(arg):
+            out[-1] = f"--at={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def _count(text: str, least: int, most: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         value = None
-    if value is None or value < least:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {least}, not {text!r}")
+    if value is None or value < least or (most is not None and value > most):
+        expected = f">= {least}" if most is None else f"from {least} to {most}"
+        raise argparse.ArgumentTypeError(f"expected an integer {expected}, not {text!r}")
     return value
 
 
@@ -81,16 +107,26 @@ def _data(text: str | None) -> dict | None:
     if text is None:
         return None
     try:
-        return orjson.loads(text)
+        data = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"--data is not valid JSON: {exc}") from exc
+    if data is None:  # (jobs.add takes None for {})
+        raise jobs.JobDataError("--data null is not a JSON object: give one, such as '{\"k\": 1}', "
+                                "or leave --data out for {}")
+    return data
 
 
 # --- human formatting -------------------------------------------------------------------
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name an older
+    release stored with one must not break a line or a column."""
+    return checks.CONTROL_CHARACTERS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
 def _table(headers: list[str], rows: list[list]) -> str:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    cells = [headers, *[[_printable(str(c)) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
 
@@ -109,7 +145,10 @@ def _duration(seconds: float) -> str:
 def _when(t: float, now: float) -> str:
     if t == 0:
         return "asap"
-    stamp = datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+    try:
+        stamp = datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # stored by an older release: jobs.add refuses it
+        return f"{t:.15g} (seconds since the epoch, not a date)"
     return f"{stamp} (in {_duration(t - now)})" if t > now else f"{stamp} ({_duration(now - t)} ago)"
 
 
@@ -134,7 +173,7 @@ def _job_doc(info: jobs.JobInfo) -> dict:
 
 def _human_job(doc: dict) -> str:
     now = time.time()
-    head = [["type", doc["type"]], ["id", doc["id"]], ["state", doc["state"]],
+    head = [["type", _printable(doc["type"])], ["id", _printable(doc["id"])], ["state", doc["state"]],
             ["scheduled", _when(doc["scheduled_time"], now)]]
     data = orjson.dumps(doc["data"], option=orjson.OPT_INDENT_2).decode()
     return "\n".join(f"{k:<10} {v}" for k, v in head) + f"\ndata       {data}"
@@ -168,8 +207,10 @@ def _human_status(st: status_mod.Status) -> str:
 
 
 @contextlib.contextmanager
-def _store(args):
-    db = jobs.open(args.store)
+def _store(args, create: bool = True):
+    """The store of ``--store``; commands that only read pass ``create=False``, so that a
+    mistyped path is an error rather than a new empty store."""
+    db = jobs.open(args.store, create=create)
     try:
         yield db
     finally:
@@ -196,18 +237,18 @@ def cmd_add(args):
 
 
 def cmd_remove(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         jobs.remove(db, args.type, args.id)
     return {"removed": {"type": args.type, "id": args.id}}
 
 
 def cmd_show(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         return _job_doc(jobs.get_job(db, args.type, args.id))
 
 
 def cmd_list(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         infos = jobs.get_jobs(db, args.type)
     return [_job_doc(i) for i in infos if args.state is None or i.state == args.state]
 
@@ -218,7 +259,7 @@ def _timeouts(tr):
 
 
 def cmd_types(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         return _timeouts(db)
 
 
@@ -229,7 +270,7 @@ def cmd_set_timeout(args):
 
 
 def cmd_status(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         return status_mod.gather(db, limit=args.limit)
 
 
@@ -280,7 +321,7 @@ def cmd_serve_status(args):
     script starting it reads that line and may stop it with SIGTERM."""
     from monitor import StatusServer
 
-    with (_store(args) as db, _until_signal() as stop,
+    with (_store(args, create=False) as db, _until_signal() as stop,
           StatusServer(db, args.host, args.port, limit=args.limit) as server):
         if args.json:
             print(orjson.dumps({"url": server.url}).decode(), flush=True)
@@ -333,9 +374,7 @@ def cmd_worker(args):
 
 def cmd_help(args):
     parser = args.parser
-    command = args.topic and parser.commands.get(args.topic)
-    if args.topic and command is None:
-        raise ValueError(f"no command {args.topic!r}; commands: {', '.join(parser.commands)}")
+    command = args.topic and parser.commands[args.topic]  # (argparse checked the name)
     sys.stdout.write((command or parser).format_help())
     return None
 
@@ -350,7 +389,7 @@ def _say(args, line: str, err: bool = False) -> None:
 HUMAN = {
     "add": _human_job,
     "show": _human_job,
-    "remove": lambda d: f"removed {d['removed']['type']}/{d['removed']['id']}",
+    "remove": lambda d: _printable(f"removed {d['removed']['type']}/{d['removed']['id']}"),
     "list": _human_jobs,
     "types": lambda docs: _table(["TYPE", "TIMEOUT"], [[d["type"], _seconds(d["timeout"])] for d in docs])
     if docs else "(no job types)",
@@ -394,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", metavar="JSON", help="the job's data, a JSON object (default {})")
     p.add_argument("--at", metavar="TIME", type=parse_time, default=0.0,
                    help="when it is due: seconds since the epoch, ISO-8601 (local time unless it has a "
-                        "zone) or +N[s|m|h|d] from now (default: as soon as possible)")
+                        "zone), +N[s|m|h|d] from now or -N[s|m|h|d] ago (default: as soon as possible)")
     for name, run, help in (("remove", cmd_remove, "remove a job in any state (its worker gets Halt)"),
                             ("show", cmd_show, "a job's state, data and scheduled time")):
         p = command(name, run, help)
@@ -422,12 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "serve the status over HTTP (/status, /metrics, /healthz, a dashboard at /) "
                 "until SIGTERM/SIGINT")
     p.add_argument("--host", metavar="H", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", metavar="P", type=functools.partial(_count, least=0), default=8080,
+    p.add_argument("--port", metavar="P", type=functools.partial(_count, least=0, most=65535), default=8080,
                    help="port to listen on, 0 for any free one (default 8080)")
     p.add_argument("--limit", metavar="N", type=functools.partial(_count, least=0), default=10,
                    help="running jobs listed per type, least recently active first (default 10)")
     p = command("help", cmd_help, "describe the commands, or one command")
-    p.add_argument("topic", metavar="COMMAND", nargs="?")
+    p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)
     p.set_defaults(parser=parser)
     return parser
 
@@ -435,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command in ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_attach_past_times(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse: -h (0) or a usage error (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:

@@ -1330,6 +1330,7 @@ class EmbeddedDatabase:
     def _init_store(self) -> None:
         conn = self._connect()
         try:
+            self._refuse_foreign(conn)  # before the lock file, the WAL mode or a table is made
             with self._write_lock():
                 try:
                     conn.execute("PRAGMA journal_mode = WAL")
@@ -1362,6 +1363,22 @@ class EmbeddedDatabase:
             raise StoreFileError(
                 f"{self.path!r} was written by a newer release (format "
                 f"{meta['format_version']} > {FORMAT_VERSION}); upgrade this package"
+            )
+
+    def _refuse_foreign(self, conn) -> None:
+        """StoreFileError when the file is another application's SQLite database: it has
+        tables a store has not, or a ``meta`` table naming another format.  (An empty file,
+        or one with only a store's tables, is a new or half-created store.)"""
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if not name.startswith("sqlite_")}  # (SQLite's own: statistics, sequences)
+        foreign = sorted(tables - {"kv", "meta", "state", "commits"})
+        if not foreign and "meta" in tables:
+            fmt = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            foreign = [] if fmt is None or fmt[0] == FORMAT_NAME else [f"meta (format {fmt[0]!r:.40})"]
+        if foreign:
+            raise StoreFileError(
+                f"{self.path!r} is an SQLite database but not a job store (it has tables "
+                f"{', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); it was left as it was"
             )
 
     def _prune(self, conn, now: float, pruned: int) -> int:

@@ -128,6 +128,50 @@ def test_sqlite_file_that_is_not_a_store(tmp_path):
     assert "not a job store" in str(info.value)
 
 
+def _file_state(path) -> tuple:
+    """Bytes of the file and the names next to it: to show that opening changed nothing."""
+    return path.read_bytes(), sorted(os.listdir(path.parent))
+
+
+@pytest.mark.parametrize("tables", [
+    ["CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"],
+    ["CREATE TABLE meta (name TEXT PRIMARY KEY, value)", "INSERT INTO meta VALUES ('format', 'their-app')"],
+    ["CREATE TABLE kv (k, v)", "CREATE TABLE users (name TEXT)"],
+], ids=["other tables", "another format in meta", "a kv table among others"])
+def test_another_applications_sqlite_file_is_refused_untouched(tmp_path, tables):
+    import sqlite3
+
+    path = tmp_path / "app.sqlite"
+    conn = sqlite3.connect(path)
+    for sql in tables:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    before = _file_state(path)
+    for create in (True, False):
+        with pytest.raises(StoreOpenError) as info:
+            open_database(f"sqlite:{path}", create=create)
+        assert f"'{path}' is an SQLite database but not a job store" in str(info.value)
+        assert _file_state(path) == before  # no table, no WAL mode, no lock file
+
+
+def test_create_false_needs_an_existing_store(tmp_path, monkeypatch):
+    path = tmp_path / "typo.sqlite"
+    with pytest.raises(StoreOpenError) as info:
+        open_database(f"sqlite:{path}", create=False)
+    assert f"store file '{path}' does not exist; check the path" in str(info.value)
+    with pytest.raises(StoreOpenError, match="store file .* does not exist"):
+        open_database(f"sqlite:{tmp_path / 'nodir' / 's.sqlite'}", create=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOBS_STORE", raising=False)
+    with pytest.raises(StoreOpenError, match="store file .* does not exist"):
+        open_database(None, create=False)  # the default store: its directory is not made either
+    assert os.listdir(tmp_path) == []
+    open_database(f"sqlite:{path}").close()  # made by a writer, then readers open it
+    open_database(f"sqlite:{path}", create=False).close()
+    open_database("memory:", create=False).close()  # (a private store is always new)
+
+
 def test_fdb_missing_cluster_file(tmp_path):
     url = f"fdb:{tmp_path / 'no.cluster'}"
     with pytest.raises(StoreOpenError) as info:
