@@ -36,8 +36,6 @@ from .api import (
     update,
 )
 from .engine import transactional
-from .engine.urls import StoreOpenError
-from .engine.urls import open_database as open
 from .errors import (
     ForeignJobError,
     Halt,
@@ -47,7 +45,9 @@ from .errors import (
     NotFound,
     NoTypeTimeout,
     StoreError,
+    StoreOpenError,
 )
+from .store import open
 from .job import Job, JobInfo
 
 __all__ = [

@@ -7,19 +7,22 @@
     +-- JobDataError      job data is not a JSON object, or is too large
     +-- ForeignJobError   a Job object from another store
     +-- StoreError        the store's job keys cannot be used by this release
-        +-- LayoutError   ... because a newer release wrote them
+    |   +-- LayoutError   ... because a newer release wrote them
+    +-- StoreOpenError    jobs.open(): a bad URL, or a store that cannot be opened
+                          (also a ValueError, and the engine's StoreOpenError)
 
 Bad arguments (empty or non-string ids, negative or NaN times, ...) are ``ValueError``
 naming the argument (wrong types: ``checks.ArgumentTypeError``, a ValueError and a
 TypeError), raised before anything is read or written.  Engine
 errors that the retry loop cannot resolve pass through unchanged (``jobs.engine.error_code``
-reads their FoundationDB code on either engine).  Opening a store raises
-``jobs.StoreOpenError``.
+reads their FoundationDB code on either engine).
 
 Each class's docstring is its default message.
 """
 
 from __future__ import annotations
+
+from .engine.errors import StoreOpenError as EngineStoreOpenError
 
 
 class JobsError(Exception):
@@ -56,3 +59,10 @@ class StoreError(JobsError):
 
 class LayoutError(StoreError):
     """The store's job layout was written by a newer release: upgrade this package."""
+
+
+class StoreOpenError(JobsError, EngineStoreOpenError):
+    """The store cannot be opened: a malformed URL, a missing directory or file, a file
+    that is not a job store, a missing FoundationDB client library, an unreachable
+    cluster.  The message names the URL and what to do."""
+

@@ -47,9 +47,9 @@ def test_exported_names():
         assert getattr(jobs, name) is not None
     public = {n for n in vars(jobs) if not n.startswith("_") and not isinstance(getattr(jobs, n), type(jobs))}
     assert public == set(jobs.__all__)
-    from jobs.engine.urls import open_database
+    from jobs.store import open as open_store
 
-    assert jobs.open is open_database
+    assert jobs.open is open_store
 
 
 def test_error_tree():
@@ -57,6 +57,15 @@ def test_error_tree():
         assert issubclass(cls, jobs.JobsError)
         assert str(cls()) == cls.__doc__  # docstrings are the default messages
     assert issubclass(jobs.LayoutError, jobs.StoreError)
+
+
+def test_store_open_errors_are_in_the_tree():
+    from jobs.engine.errors import StoreOpenError as EngineStoreOpenError
+
+    assert issubclass(jobs.StoreOpenError, jobs.JobsError)
+    assert issubclass(jobs.StoreOpenError, ValueError) and issubclass(jobs.StoreOpenError, EngineStoreOpenError)
+    with pytest.raises(jobs.JobsError, match="did you mean 'sqlite:nowhere'"):
+        jobs.open("nowhere")
 
 
 def test_async_twins_cover_the_blocking_calls():

@@ -7,7 +7,7 @@ pass its own ``fdb.Database`` or transactions to the job layer).  This module on
 
 * selects API version 730 if the application has not selected one;
 * turns the ways opening can fail (no libfdb_c, no cluster file, unreachable cluster) into
-  :class:`~jobs.engine.urls.StoreOpenError` naming what to do.
+  :class:`~jobs.engine.errors.StoreOpenError` naming what to do.
 
 libfdb_c is not on PyPI: it comes with FoundationDB's client package
 (``foundationdb-clients`` 7.3.x, .deb/.rpm from FoundationDB's releases), which also
@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 
-from .urls import StoreOpenError
+from .errors import StoreOpenError
 
 API_VERSION = 730
 MIN_API_VERSION = 710  # oldest API version whose semantics the job layer was checked against

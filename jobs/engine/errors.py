@@ -85,6 +85,13 @@ RETRYABLE_NOT_COMMITTED = frozenset({
 RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
 
 
+class StoreOpenError(ValueError):
+    """The store URL is malformed, or the store it names cannot be opened.
+
+    The message names the URL, what is wrong and what to do about it.  (``jobs.open``
+    raises ``jobs.StoreOpenError``, this class within the ``JobsError`` tree.)"""
+
+
 class StoreFileError(Exception):
     """The embedded store's file cannot be used (missing directory, not a store, newer
     format); ``jobs.open`` turns it into ``StoreOpenError`` naming the URL."""

@@ -22,16 +22,15 @@ from __future__ import annotations
 import os
 import sqlite3
 
+from .cluster import open_cluster
+from .errors import StoreOpenError
+
+__all__ = ["ENV_VAR", "DEFAULT_STORE", "StoreOpenError", "default_url", "parse_url", "open_database"]
+
 ENV_VAR = "JOBS_STORE"
 DEFAULT_STORE_PATH = os.path.join(".jobs", "jobs.sqlite")
 DEFAULT_STORE = "sqlite:" + DEFAULT_STORE_PATH
 SCHEMES = ("sqlite", "memory", "fdb")
-
-
-class StoreOpenError(ValueError):
-    """The store URL is malformed, or the store it names cannot be opened.
-
-    The message names the URL, what is wrong and what to do about it."""
 
 
 def default_url() -> str:
@@ -76,8 +75,6 @@ def open_database(url: str | None = None, *, create: bool = True):
         url = default_url()
     scheme, path = parse_url(url)
     if scheme == "fdb":
-        from .cluster import open_cluster
-
         try:
             return open_cluster(path)
         except StoreOpenError as exc:
