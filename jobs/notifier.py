@@ -20,13 +20,13 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from jobs import keys, rows
-from jobs.codec import decode_data, decode_row
-from jobs.engine import error_code, value_of
-from jobs.engine.errors import OPERATION_CANCELLED
-from jobs.engine.transactional import run as run_transaction
-from jobs.engine.transactional import watch
-from jobs.errors import NotFound
+from . import keys, rows
+from .codec import decode_data, decode_row
+from .engine import error_code, value_of
+from .engine.errors import OPERATION_CANCELLED
+from .engine.transactional import run as run_transaction
+from .engine.transactional import watch
+from .errors import NotFound
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)
 
