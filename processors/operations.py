@@ -357,7 +357,8 @@ class Operations:
         """Register, on ``processor``, the handlers of every registered operation's
         partition jobs and coordinator."""
         for op in self.kinds.values():
-            processor.handler(partition_type(op.type), timeout=op.job_timeout, retry=op.retry)(self._job_handler(op))
+            processor.handler(partition_type(op.type), timeout=op.job_timeout, retry=op.retry,
+                              on_lost=self._job_lost(op))(self._job_handler(op))
             processor.handler(coordinator_type(op.type), timeout=op.job_timeout, retry=COORDINATOR_RETRY)(
                 self._coordinator_handler(op)
             )
@@ -390,6 +391,22 @@ class Operations:
             return {"success": success, "result": result}
 
         return handle
+
+    def _job_lost(self, op: Operation):
+        """``on_lost`` of the partition jobs: a job that lost too many workers fails its
+        partition with the reason, as an unexpected error on its last attempt does (the
+        operation then fails, whether or not it ``can_fail``: nothing would complete it)."""
+
+        def lost(ctx: Context, reason: str):
+            table, instance, part = ctx.data["table"], ctx.data["instance"], ctx.data["partition"]
+            record = run_transaction(self.db, lambda tr: _read(tr, _op_key(table, op.type, instance)))
+            if record is None or record["state"] != "running":
+                return
+            op.cancel_job_and_cleanup(record["arg"], table, part)
+            ran_on = ctx.data.get("ran_on", [])
+            ctx.on_commit(lambda tr: _mark_job(tr, table, op.type, instance, part, False, {"reason": reason}, ran_on))
+
+        return lost
 
     def _coordinator_handler(self, op: Operation):
         def complete(ctx: Context):
