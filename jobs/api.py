@@ -242,7 +242,7 @@ def get_run_info(tr, type: str, job_id: str) -> RunInfo:
 
     def body(tr):
         row = _row_or_not_found(tr, type, job_id)
-        return RunInfo(row.worker, row.lost, failed_index.failed_at(tr, type, job_id))
+        return RunInfo(row.worker, row.lost, failed_index.get(tr, type, job_id))
 
     return _in(tr, body)
 
@@ -339,12 +339,13 @@ def update(tr, job: Job, data: dict | None = None) -> Job:
     return _in(tr, body)
 
 
-def finish(tr, job: Job, data: dict | None = None, *, failed: bool = False) -> bool:
+def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False) -> bool:
     """Finish a running job, with ``data`` as its final data (None keeps the current data).
     A job flagged for resubmission becomes pending again at its scheduled time (a new run:
-    its lost-worker count starts over).  ``failed``: the run failed for good; unless it is
-    made pending again, the job is indexed as failed (counted by ``jobs status``, listed
-    by ``jobs list --failed``) until it is re-added, resubmitted or removed.  Raises
+    its lost-worker count starts over).  ``failed``: the run failed for good (True, or a
+    one-line reason); unless it is made pending again, the job is indexed as failed
+    (counted by ``jobs status``, listed by ``jobs list --failed``) until it is re-added,
+    resubmitted or removed.  Raises
     Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
     for a Job of another store, JobDataError for bad data.  Finishing again with the same
     Job, e.g. in a transaction retried after 1021, is a no-op while nobody changed the job
@@ -368,7 +369,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool = False) -> b
         else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
             rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost))
             if failed:
-                failed_index.mark(tr, job.type, job.id)
+                failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
         rows.bump_activity(tr, job.type)
         return True
 

@@ -16,10 +16,21 @@ from .engine import tuple as fdb_tuple
 from .engine import value_of
 
 
-def mark(tr, type: str, job_id: str) -> None:
-    """Index the job as failed, now (a key only layout 2 knows: the layout says so first)."""
+REASON_LIMIT = 500  # characters of the reason kept in the index
+
+
+def mark(tr, type: str, job_id: str, reason: str | None = None) -> None:
+    """Index the job as failed, now, with a one-line ``reason`` (a key only layout 2 knows:
+    the layout says so first)."""
     keys.upgrade_layout(tr)
-    tr.set(keys.failed_key(type, job_id), fdb_tuple.pack((time.time(),)))
+    reason = None if reason is None else reason[:REASON_LIMIT]
+    tr.set(keys.failed_key(type, job_id), fdb_tuple.pack((time.time(), reason)))
+
+
+def entry(value: bytes) -> tuple[float, str | None]:
+    """``(at, reason)`` of an index value."""
+    at, *rest = fdb_tuple.unpack(value)
+    return at, (rest[0] if rest else None)
 
 
 def unmark(tr, type: str, job_id: str) -> None:
@@ -27,21 +38,20 @@ def unmark(tr, type: str, job_id: str) -> None:
     tr.clear(keys.failed_key(type, job_id))
 
 
-def failed_at(tr, type: str, job_id: str) -> float | None:
-    """When the job was indexed as failed, or None if it is not failed."""
+def get(tr, type: str, job_id: str) -> tuple[float, str | None] | None:
+    """``(at, reason)`` of a failed job, or None if it is not failed (a conflicting read)."""
     raw = value_of(tr.get(keys.failed_key(type, job_id)))
-    return None if raw is None else fdb_tuple.unpack(raw)[0]
+    return None if raw is None else entry(raw)
 
 
-def listed(tr, type: str | None = None, limit: int = 0) -> list[tuple[str, str, float]]:
-    """``(type, id, at)`` of the failed jobs (of ``type``), in key order; at most ``limit``
-    (0: all).  A snapshot read."""
-    r = (keys.FAILED if type is None else keys.FAILED[type]).range()
-    out = []
-    for key, value in tr.snapshot.get_range(r.start, r.stop, limit=limit):
-        t, job_id = keys.FAILED.unpack(key)
-        out.append((t, job_id, fdb_tuple.unpack(value)[0]))
-    return out
+def listed(tr, type: str, after: str | None = None, limit: int = 0) -> list[tuple[str, float, str | None]]:
+    """``(id, at, reason)`` of failed jobs of ``type`` in id order, from the id after
+    ``after`` (None: the first), at most ``limit`` (0: all).  A snapshot read."""
+    begin, end = type_range(type)
+    if after is not None:
+        begin = keys.failed_key(type, after) + b"\x00"
+    return [(keys.FAILED.unpack(key)[1], *entry(value))
+            for key, value in tr.snapshot.get_range(begin, end, limit=limit)]
 
 
 def type_range(type: str) -> tuple[bytes, bytes]:

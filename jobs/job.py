@@ -42,9 +42,9 @@ class RunInfo(NamedTuple):
     """What the store knows of a job's current run beyond :class:`JobInfo` (``get_run_info``):
     ``worker``: ``"host/pid"`` of the process that last accepted it (None: never, or not
     since it was last made pending); ``lost``: the workers the run lost (count, last worker,
-    when), None if none; ``failed_at``: when it finished failed (``finish(..., failed=True)``),
-    None unless it is failed now."""
+    when), None if none; ``failed``: ``(at, reason)`` when it finished failed
+    (``finish(..., failed=...)``), None unless it is failed now."""
 
     worker: str | None
     lost: Lost | None
-    failed_at: float | None
+    failed: tuple[float, str | None] | None

@@ -87,11 +87,12 @@ def error_info(exc: BaseException) -> dict:
 @dataclass(frozen=True)
 class Outcome:
     """What to write for a run that ended: finish with ``data``, and make the job pending
-    again at ``again_at`` (None: it stays finished; ``failed``: as failed)."""
+    again at ``again_at`` (None: it stays finished; as failed, with the reason ``failed``
+    when that is not empty)."""
 
     data: dict | None
     again_at: float | None = None
-    failed: bool = False
+    failed: str = ""
 
 
 def after_success(data: dict, result: dict | None, every: float | None) -> Outcome:
@@ -115,7 +116,7 @@ def after_failure(data: dict, exc: BaseException, retry: Retry, every: float | N
     if every is not None:
         return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), time.time() + every)
     return Outcome({**params, TASK_KEY: {**task, "attempts": attempts, "last_error": error, "failed": True}},
-                   failed=True)
+                   failed=f"{error['type']}: {error['message']}".splitlines()[0])
 
 
 LAST_ATTEMPT = Retry(max_attempts=1)  # after_failure's policy for a run that is not retried
