@@ -171,8 +171,8 @@ def _human_run(doc: dict, now: float) -> list[list[str]]:
     error = task.get("last_error")
     if isinstance(error, dict):
         lines.append(["error", f"{error.get('type')}: {error.get('message')}"])
-        if error.get("traceback"):
-            lines.append(["traceback", "\n" + str(error["traceback"]).rstrip()])
+        if error.get("traceback"):  # as text, each line under the first
+            lines.append(["traceback", ("\n" + " " * 11).join(str(error["traceback"]).rstrip().splitlines())])
     return lines
 
 
