@@ -55,11 +55,24 @@ APP = textwrap.dedent('''
             open(os.path.join(MARKS, f"cleaned-{partition}"), "w").close()
 
 
+    class Seal(Operation):
+        type = "seal"
+        job_timeout = 1.0
+
+        def start_or_resume_job(self, ctx):
+            return {}
+
+        def complete_operation(self, arg, table, success, results):
+            if success:  # a commit that crashes every process that tries it
+                die("seal")
+
+
     db = jobs.open()
     # prefetch=1: a worker holds only the job it runs, so no other job is lost with it
     processor = Processor(db, prefetch=1)
     ops = Operations(db, lambda tr, table: ["a", "bad", "c"])
     ops.register(Scan())
+    ops.register(Seal())
     ops.attach(processor)
 
 
@@ -71,6 +84,11 @@ APP = textwrap.dedent('''
 
 class Scan(Operation):  # the client's view of the same kind (start, wait)
     type = "scan"
+    job_timeout = TIMEOUT
+
+
+class Seal(Operation):
+    type = "seal"
     job_timeout = TIMEOUT
 
 
@@ -140,9 +158,9 @@ def wait_supervising(supervisor: Supervisor, predicate) -> bool:
     return wait_until(check, DEADLINE * 3, interval=0.1)
 
 
-def lost_message(pids: list[int]) -> re.Pattern:
+def lost_message(pids: list[int], before: str = "") -> re.Pattern:
     pid = "|".join(str(p) for p in pids)
-    return re.compile(rf"worker lost 3 times; last worker {re.escape(socket.gethostname())}/({pid}) at \d{{4}}-")
+    return re.compile(rf"{before}worker lost 3 times; last worker {re.escape(socket.gethostname())}/({pid}) at \d{{4}}-")
 
 
 def test_a_handler_that_kills_its_worker_ends_failed_after_max_lost(supervised):
@@ -181,3 +199,21 @@ def test_a_partition_job_that_kills_its_worker_fails_the_operation(supervised):
     assert len(killed) == 3
     assert lost_message(killed).match(result.results["bad"]["reason"]), result.results["bad"]
     assert (marks / "cleaned-bad").exists()
+
+
+def test_a_coordinator_that_kills_its_worker_leaves_the_operation_stuck_and_cancellable(supervised):
+    db, supervisor, marks = supervised
+    ops = Operations(db, lambda tr, table: ["a", "b"])
+    ops.register(Seal())
+    instance = ops.start_operation("seal", "db.s")
+    assert wait_supervising(supervisor, lambda: ops.operation_status(db, "db.s", "seal", instance).stuck), (
+        f"not stuck; the coordinator ran on {ran(marks, 'seal')}")
+    stuck = ops.operation_status(db, "db.s", "seal", instance)
+    killed = ran(marks, "seal")
+    assert stuck.state == "running" and len(killed) == 3
+    assert lost_message(killed, "its coordinator failed: ").match(stuck.stuck), stuck.stuck
+    assert stuck.stuck.endswith("; cancel the operation to end it")
+    assert ops.cancel_operation("db.s", "seal", instance)
+    supervisor.keep_up()
+    done = ops.wait_operation("db.s", "seal", instance, timeout=DEADLINE)
+    assert done.state == "cancelled" and len(ran(marks, "seal")) == 3
