@@ -7,9 +7,19 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 600
 
-.PHONY: test demo demo-queue install clean
+.PHONY: test test-fdb demo demo-queue install clean
 
 test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+
+# The whole suite with every engine test and job-layer test also run on the FoundationDB
+# cluster of $$FDB_CLUSTER_FILE (e.g. docker-compose.fdb.yml's).  Each test clears the
+# project's prefixes (jobs/prefixes.py) on it: use a cluster for tests only.
+test-fdb: $(STAMP)
+	@test -n "$$FDB_CLUSTER_FILE" && test -f "$$FDB_CLUSTER_FILE" || { \
+	  echo "make test-fdb: set FDB_CLUSTER_FILE to a test cluster's cluster file (see docker-compose.fdb.yml)"; exit 2; }
+	$(VENV)/bin/python -c 'import jobs; jobs.open("fdb:")' || { \
+	  echo "make test-fdb: the cluster of $$FDB_CLUSTER_FILE cannot be used (above)"; exit 2; }
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
 
 demo: $(STAMP)

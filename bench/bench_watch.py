@@ -17,6 +17,7 @@ import struct
 import tempfile
 import time
 
+from jobs.engine import value_of
 from jobs.engine.embedded import EmbeddedDatabase
 
 
@@ -37,7 +38,7 @@ def _watcher(path: str, n: int, mode: str, out) -> None:
         future.wait()
         woke = time.time()
         tr = db.create_transaction()
-        value = tr.get(b"k").wait()
+        value = value_of(tr.get(b"k"))
         future = tr.watch(b"k")
         tr.commit().wait()
         lat.append((woke - struct.unpack(">d", bytes(value))[0]) * 1000)

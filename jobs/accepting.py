@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from . import checks, keys, pending, rows
 from .codec import Row, decode_data
-from .engine import error_code, is_retryable, wait_future
+from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
 from .engine.transactional import is_database, run
 from .job import Job
@@ -86,9 +86,10 @@ class AcceptCall:
 
     def attempt(self, also=None) -> list[Job] | Wait | None:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait; or
-        None (a stale queue entry was dropped: attempt again at once).  ``also(tr)``, if
-        given, writes the caller's own changes in the same transaction (committed in every
-        case; e.g. a worker's finished jobs)."""
+        None: attempt again at once (a stale queue entry was dropped, or nothing was due
+        in an attempt that wrote ``also``, where no watch is set).  ``also(tr)``, if given,
+        writes the caller's own changes in the same transaction (committed in every case;
+        e.g. a worker's finished jobs)."""
         return run(self.db, self._body, also)
 
     def _body(self, tr, also=None):
@@ -103,6 +104,10 @@ class AcceptCall:
         max_stime = time.time() if self.max_sched_time is None else self.max_sched_time
         ids = pending.dequeue_many(tr, self.type, max_stime, self.limit, self.no_schedule)
         if not ids:
+            if also is not None:
+                # This transaction wrote the caller's changes: a watch here (a read) would
+                # make it conflict with every enqueue meanwhile.  Attempt again, read-only.
+                return None
             takes_future_jobs = self.max_sched_time is None and not self.no_schedule
             due = pending.next_due(tr, self.type, max_stime) if takes_future_jobs else None
             return Wait(pending.watch(tr, self.type), due)
@@ -110,7 +115,7 @@ class AcceptCall:
         taken = []
         worker = this_worker()
         for job_id, future in zip(ids, futures):
-            row = rows.decode(future.wait(), self.type, job_id)
+            row = rows.decode(value_of(future), self.type, job_id)
             if row is None or row.state != "pending":
                 continue  # cannot happen unless a queue entry outlived its job: drop it
             self._picked.append(job_id)

@@ -17,8 +17,7 @@ _LAST_USER_VERSION = 0xFFFF
 
 def last_activity(tr, type: str) -> bytes | None:
     """The 10-byte versionstamp of the type's last activity (or job change), or None."""
-    raw = tr.get(keys.watches_activity_key(type)).wait()
-    return None if raw is None else bytes(raw)
+    return value_of(tr.get(keys.watches_activity_key(type)))
 
 
 def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bool]:

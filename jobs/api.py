@@ -34,6 +34,7 @@ from . import checks, failed as failed_index, keys, pending, rows
 from .accepting import AcceptCall
 from .codec import Row, decode_data, encode_data
 from .engine import tuple as fdb_tuple
+from .engine import value_of
 from .engine.transactional import within
 from .errors import ForeignJobError, Halt, NoTypeTimeout, NotFound
 from .job import Job, JobInfo, RunInfo
@@ -110,8 +111,8 @@ def _row_of(tr, job: Job) -> Row | None:
 def set_type_timeout(tr, type: str, seconds: float) -> None:
     """Seconds a running job of ``type`` may go without ``update`` before the activity
     monitor re-enqueues it.  Must be set before jobs of the type are added.  ValueError
-    unless positive and finite."""
-    checks.name(type, "type")
+    unless positive and finite, or when ``type`` contains control characters."""
+    checks.name(type, "type", new=True)
     seconds = checks.seconds(seconds, "type timeout", positive=True)
 
     def body(tr):
@@ -124,7 +125,7 @@ def set_type_timeout(tr, type: str, seconds: float) -> None:
 def get_type_timeout(tr, type: str) -> float | None:
     """The type's timeout in seconds, or None when it has none."""
     checks.name(type, "type")
-    raw = _in(tr, lambda tr: tr.get(keys.timeout_key(type)).wait())
+    raw = _in(tr, lambda tr: value_of(tr.get(keys.timeout_key(type))))
     return None if raw is None else float(fdb_tuple.unpack(raw)[0])
 
 
@@ -153,15 +154,17 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     * running: flagged to run again at ``scheduled_time`` when it finishes (data ignored);
     * finished: pending again with the new data.
 
-    Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data."""
-    checks.name(type, "type")
-    checks.name(job_id, "job id")
+    Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data;
+    ValueError when type or id contains control characters or ``scheduled_time`` is not a
+    time a view can show as a date (negative, NaN, from the year 9999 on)."""
+    checks.name(type, "type", new=True)
+    checks.name(job_id, "job id", new=True)
     keys.check_key_sizes(type, job_id)
-    stime = checks.seconds(scheduled_time, "scheduled_time")
+    stime = checks.scheduled_time(scheduled_time)
     raw = encode_data(data)
 
     def body(tr):
-        if tr.get(keys.timeout_key(type)).wait() is None:
+        if not tr.get(keys.timeout_key(type)).wait().present():
             raise NoTypeTimeout(
                 f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first"
             )
@@ -388,7 +391,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         raise checks.ArgumentTypeError(f"expected a Job or JobInfo, not {type(job).__name__}")
     checks.name(job.type, "type")
     checks.name(job.id, "job id")
-    stime = None if scheduled_time is None else checks.seconds(scheduled_time, "scheduled_time")
+    stime = None if scheduled_time is None else checks.scheduled_time(scheduled_time)
     raw = None if data is None else encode_data(data)
 
     def body(tr):

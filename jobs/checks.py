@@ -7,6 +7,14 @@ kind, bad value) naming the argument, and returns the normalised value.
 from __future__ import annotations
 
 import math
+import re
+
+# Latest scheduled time: the start of the year 9999, so that every view can show any stored
+# time as a date in any time zone (Python's dates end with the year 9999).
+MAX_TIME = 253370764800.0  # 9999-01-01T00:00:00Z
+# Characters that break a line or a column of text: C0 and C1 controls (tab and newline
+# included), DEL, and the Unicode line and paragraph separators.
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -14,8 +22,11 @@ class ArgumentTypeError(TypeError, ValueError):
     ValueError, as the API promises for every bad argument."""
 
 
-def name(value, what: str) -> str:
-    """A job type or id: a non-empty str that encodes as UTF-8 (no lone surrogates)."""
+def name(value, what: str, *, new: bool = False) -> str:
+    """A job type or id: a non-empty str that encodes as UTF-8 (no lone surrogates).
+    ``new``: a name being written, which must not contain control characters either (every
+    text view shows it); names only looked up may, so that a job that an older release
+    stored with one can still be shown and removed."""
     if not isinstance(value, str):
         raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
@@ -24,6 +35,12 @@ def name(value, what: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"{what} {value!r} is not valid text: {exc.reason}") from exc
+    control = CONTROL_CHARACTERS.search(value) if new else None
+    if control is not None:
+        raise ValueError(
+            f"{what} {value!r:.200} contains the control character {control.group()!r} (at {control.start()}): "
+            "names are shown in text tables and logs; use printable characters"
+        )
     return value
 
 
@@ -37,6 +54,17 @@ def seconds(value, what: str, *, positive: bool = False, allow_inf: bool = False
         raise ValueError(f"{what} must be a finite number, not {value}")
     if value < 0 or (positive and value == 0):
         raise ValueError(f"{what} must be {'positive' if positive else 'zero or more'}, not {value}")
+    return value
+
+
+def scheduled_time(value, what: str = "scheduled_time") -> float:
+    """A time to run at, in seconds since the epoch (0: as soon as possible): as
+    :func:`seconds`, and before :data:`MAX_TIME` (the year 9999), so that it can be shown."""
+    value = seconds(value, what)
+    if value >= MAX_TIME:
+        raise ValueError(
+            f"{what} must be before the year 9999 (less than {MAX_TIME:.0f} seconds since the epoch), not {value:.15g}"
+        )
     return value
 
 

@@ -18,6 +18,7 @@ import functools
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -29,6 +30,7 @@ import orjson
 
 import jobs
 
+from . import checks
 from . import status as status_mod
 from .api import get_run_info
 from .engine.transactional import run as run_transaction
@@ -44,30 +46,54 @@ POLL = 0.5  # seconds between looks at the monitor's re-enqueue counter
 
 
 def parse_time(text: str, now: float | None = None) -> float:
-    """``--at``: seconds since the epoch, ``+N[s|m|h|d]`` from now, or an ISO-8601 time
-    (local time when it names no zone)."""
+    """``--at``: seconds since the epoch, ``+N[s|m|h|d]`` from now, ``-N[s|m|h|d]`` ago, or
+    an ISO-8601 time (local time when it names no zone); a time a date can show (as
+    ``jobs.add`` checks it: not negative, before the year 9999)."""
     text = text.strip()
     try:
-        if text.startswith("+"):
+        if text[:1] in ("+", "-"):
             amount, unit = (text[1:-1], text[-1]) if text[-1:] in _UNITS else (text[1:], "s")
-            return (time.time() if now is None else now) + float(amount) * _UNITS[unit]
-        try:
-            return float(text)
-        except ValueError:
-            return datetime.fromisoformat(text).timestamp()
+            sign = 1 if text[0] == "+" else -1
+            value = (time.time() if now is None else now) + sign * float(amount) * _UNITS[unit]
+        else:
+            try:
+                value = float(text)
+            except ValueError:
+                value = datetime.fromisoformat(text).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"bad time {text!r}: expected seconds since the epoch, an ISO-8601 time or +N[s|m|h|d]"
+            f"bad time {text!r}: expected seconds since the epoch, an ISO-8601 time, +N[s|m|h|d] (from now) "
+            "or -N[s|m|h|d] (ago)"
         ) from None
+    try:
+        return checks.scheduled_time(value, "the time")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad time {text!r}: {exc}") from None
 
 
-def _count(text: str, least: int) -> int:
+_PAST = re.compile(r"-[0-9.]")
+
+
+def _attach_past_times(argv: list[str]) -> list[str]:
+    """``--at -5m`` as ``--at=-5m``: argparse takes an argument that starts with '-' for an
+    option (unless it is a plain negative number) and --at would miss its value."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--at" and _PAST.match(arg):
+            out[-1] = f"--at={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def _count(text: str, least: int, most: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         value = None
-    if value is None or value < least:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {least}, not {text!r}")
+    if value is None or value < least or (most is not None and value > most):
+        expected = f">= {least}" if most is None else f"from {least} to {most}"
+        raise argparse.ArgumentTypeError(f"expected an integer {expected}, not {text!r}")
     return value
 
 
@@ -84,16 +110,26 @@ def _data(text: str | None) -> dict | None:
     if text is None:
         return None
     try:
-        return orjson.loads(text)
+        data = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"--data is not valid JSON: {exc}") from exc
+    if data is None:  # (jobs.add takes None for {})
+        raise jobs.JobDataError("--data null is not a JSON object: give one, such as '{\"k\": 1}', "
+                                "or leave --data out for {}")
+    return data
 
 
 # --- human formatting -------------------------------------------------------------------
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name an older
+    release stored with one must not break a line or a column."""
+    return checks.CONTROL_CHARACTERS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
 def _table(headers: list[str], rows: list[list]) -> str:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    cells = [headers, *[[_printable(str(c)) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
 
@@ -112,7 +148,10 @@ def _duration(seconds: float) -> str:
 def _when(t: float, now: float) -> str:
     if t == 0:
         return "asap"
-    stamp = datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+    try:
+        stamp = datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # stored by an older release: jobs.add refuses it
+        return f"{t:.15g} (seconds since the epoch, not a date)"
     return f"{stamp} (in {_duration(t - now)})" if t > now else f"{stamp} ({_duration(now - t)} ago)"
 
 
@@ -145,7 +184,7 @@ def _run_doc(run: RunInfo) -> dict:
 
 def _human_job(doc: dict) -> str:
     now = time.time()
-    head = [["type", doc["type"]], ["id", doc["id"]], ["state", doc["state"]],
+    head = [["type", _printable(doc["type"])], ["id", _printable(doc["id"])], ["state", doc["state"]],
             ["scheduled", _when(doc["scheduled_time"], now)]]
     return "\n".join(f"{k:<10} {v}" for k, v in head + _human_run(doc, now)) + f"\ndata       {_indented(doc['data'])}"
 
@@ -159,20 +198,22 @@ def _human_run(doc: dict, now: float) -> list[list[str]]:
     (with its traceback as text: in the data it is one escaped string)."""
     lines = []
     if doc.get("worker"):
-        lines.append(["worker", doc["worker"]])
+        lines.append(["worker", _printable(doc["worker"])])
     if doc.get("lost"):
         lost = doc["lost"]
-        lines.append(["lost", f"{lost['count']} worker(s); last {lost['worker'] or 'unknown'}, {_when(lost['at'], now)}"])
+        lines.append(["lost", _printable(f"{lost['count']} worker(s); last {lost['worker'] or 'unknown'}, "
+                                         f"{_when(lost['at'], now)}")])
     if doc.get("failed"):
-        lines.append(["failed", f"{_when(doc['failed']['at'], now)}: {doc['failed']['reason'] or '-'}"])
+        lines.append(["failed", _printable(f"{_when(doc['failed']['at'], now)}: {doc['failed']['reason'] or '-'}")])
     task = doc["data"].get("_task") if isinstance(doc["data"].get("_task"), dict) else {}
     if "attempts" in task:
         lines.append(["attempts", str(task["attempts"])])
     error = task.get("last_error")
     if isinstance(error, dict):
-        lines.append(["error", f"{error.get('type')}: {error.get('message')}"])
+        lines.append(["error", _printable(f"{error.get('type')}: {error.get('message')}")])
         if error.get("traceback"):  # as text, each line under the first
-            lines.append(["traceback", ("\n" + " " * 11).join(str(error["traceback"]).rstrip().splitlines())])
+            tb = [_printable(line) for line in str(error["traceback"]).rstrip().splitlines()]
+            lines.append(["traceback", ("\n" + " " * 11).join(tb)])
     return lines
 
 
@@ -208,8 +249,10 @@ def _human_status(st: status_mod.Status) -> str:
 
 
 @contextlib.contextmanager
-def _store(args):
-    db = jobs.open(args.store)
+def _store(args, create: bool = True):
+    """The store of ``--store``; commands that only read pass ``create=False``, so that a
+    mistyped path is an error rather than a new empty store."""
+    db = jobs.open(args.store, create=create)
     try:
         yield db
     finally:
@@ -236,7 +279,7 @@ def cmd_add(args):
 
 
 def cmd_remove(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         jobs.remove(db, args.type, args.id)
     return {"removed": {"type": args.type, "id": args.id}}
 
@@ -247,12 +290,12 @@ def _job_and_run(tr, type, job_id):
 
 
 def cmd_show(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         return _job_and_run(db, args.type, args.id)
 
 
 def cmd_list(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         if args.failed:
             return _failed_list(db, args.type)
         infos = jobs.get_jobs(db, args.type)
@@ -275,7 +318,7 @@ def _human_failed(docs: list[dict]) -> str:
 def cmd_retry(args):
     import processors
 
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         if args.all_failed:
             return {"retried": processors.retry_all_failed(db, args.type), "type": args.type}
         processors.retry_failed(db, args.type, args.id)
@@ -285,7 +328,7 @@ def cmd_retry(args):
 def cmd_discard(args):
     import processors
 
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         processors.discard_failed(db, args.type, args.id)
     return {"discarded": {"type": args.type, "id": args.id}}
 
@@ -296,7 +339,7 @@ def _timeouts(tr):
 
 
 def cmd_types(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         return _timeouts(db)
 
 
@@ -307,7 +350,7 @@ def cmd_set_timeout(args):
 
 
 def cmd_status(args):
-    with _store(args) as db:
+    with _store(args, create=False) as db:
         return status_mod.gather(db, limit=args.limit)
 
 
@@ -358,7 +401,7 @@ def cmd_serve_status(args):
     script starting it reads that line and may stop it with SIGTERM."""
     from monitor import StatusServer
 
-    with (_store(args) as db, _until_signal() as stop,
+    with (_store(args, create=False) as db, _until_signal() as stop,
           StatusServer(db, args.host, args.port, limit=args.limit) as server):
         if args.json:
             print(orjson.dumps({"url": server.url}).decode(), flush=True)
@@ -411,9 +454,7 @@ def cmd_worker(args):
 
 def cmd_help(args):
     parser = args.parser
-    command = args.topic and parser.commands.get(args.topic)
-    if args.topic and command is None:
-        raise ValueError(f"no command {args.topic!r}; commands: {', '.join(parser.commands)}")
+    command = args.topic and parser.commands[args.topic]  # (argparse checked the name)
     sys.stdout.write((command or parser).format_help())
     return None
 
@@ -428,10 +469,10 @@ def _say(args, line: str, err: bool = False) -> None:
 HUMAN = {
     "add": _human_job,
     "show": _human_job,
-    "remove": lambda d: f"removed {d['removed']['type']}/{d['removed']['id']}",
+    "remove": lambda d: _printable(f"removed {d['removed']['type']}/{d['removed']['id']}"),
     "list": lambda docs: _human_failed(docs) if docs and docs[0].get("failed") is True else _human_jobs(docs),
-    "retry": lambda d: f"retried {d['retried']} failed job(s) of {d['type']}",
-    "discard": lambda d: f"discarded {d['discarded']['type']}/{d['discarded']['id']}",
+    "retry": lambda d: _printable(f"retried {d['retried']} failed job(s) of {d['type']}"),
+    "discard": lambda d: _printable(f"discarded {d['discarded']['type']}/{d['discarded']['id']}"),
     "types": lambda docs: _table(["TYPE", "TIMEOUT"], [[d["type"], _seconds(d["timeout"])] for d in docs])
     if docs else "(no job types)",
     "set-timeout": lambda d: f"{d['type']}: timeout {_seconds(d['timeout'])}",
@@ -474,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", metavar="JSON", help="the job's data, a JSON object (default {})")
     p.add_argument("--at", metavar="TIME", type=parse_time, default=0.0,
                    help="when it is due: seconds since the epoch, ISO-8601 (local time unless it has a "
-                        "zone) or +N[s|m|h|d] from now (default: as soon as possible)")
+                        "zone), +N[s|m|h|d] from now or -N[s|m|h|d] ago (default: as soon as possible)")
     for name, run, help in (("remove", cmd_remove, "remove a job in any state (its worker gets Halt)"),
                             ("show", cmd_show, "a job's state, data and scheduled time")):
         p = command(name, run, help)
@@ -512,12 +553,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "serve the status over HTTP (/status, /metrics, /healthz, a dashboard at /) "
                 "until SIGTERM/SIGINT")
     p.add_argument("--host", metavar="H", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", metavar="P", type=functools.partial(_count, least=0), default=8080,
+    p.add_argument("--port", metavar="P", type=functools.partial(_count, least=0, most=65535), default=8080,
                    help="port to listen on, 0 for any free one (default 8080)")
     p.add_argument("--limit", metavar="N", type=functools.partial(_count, least=0), default=10,
                    help="running jobs listed per type, least recently active first (default 10)")
     p = command("help", cmd_help, "describe the commands, or one command")
-    p.add_argument("topic", metavar="COMMAND", nargs="?")
+    p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)
     p.set_defaults(parser=parser)
     return parser
 
@@ -525,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command in ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_attach_past_times(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse: -h (0) or a usage error (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import orjson
 
-from .engine import Versionstamp
+from .engine import Versionstamp, pack_versionstamp
 from .engine import tuple as fdb_tuple
 from .errors import JobDataError, StoreError
 
@@ -143,7 +143,7 @@ def pack_double(value: float) -> bytes:
 
 def _pack_row(seq, row: Row) -> bytes:
     """The row's tuple bytes with ``seq`` (complete, incomplete or None) as its Seq."""
-    head = _NONE if seq is None else b"\x33" + seq.to_bytes()
+    head = _NONE if seq is None else pack_versionstamp(seq)
     fast = isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool
     if not fast or row.lost is not None or not (row.worker is None or isinstance(row.worker, str)):
         return head + fdb_tuple.pack(fields_of(row))  # a tuple's bytes: its elements' in a row

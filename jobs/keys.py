@@ -34,15 +34,16 @@ import functools
 import uuid
 import weakref
 
+from . import prefixes
 from .codec import pack_double, pack_str
-from .engine import Subspace, value_of
+from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 
 LAYOUT_VERSION = 2
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
-ROOT = Subspace(("jobs",))
+ROOT = Subspace(prefixes.JOBS)
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
 WATCHES_PENDING = ROOT["watches_pending"]
@@ -91,12 +92,12 @@ def timeout_key(type: str) -> bytes:
 
 def activity_key(type: str, seq) -> bytes:
     """Activity key of a running job whose Seq is the (complete) versionstamp ``seq``."""
-    return ACTIVITY.pack((type, seq))
+    return _prefix(ACTIVITY, type) + pack_versionstamp(seq)
 
 
 def stamped_activity_key(type: str, incomplete_seq) -> bytes:
     """Activity key for ``set_versionstamped_key``: Seq filled in at commit."""
-    return ACTIVITY.pack_with_versionstamp((type, incomplete_seq))
+    return pack_with_versionstamp(_prefix(ACTIVITY, type), (incomplete_seq,))
 
 
 def activity_range(type: str) -> tuple[bytes, bytes]:
@@ -184,7 +185,7 @@ def ensure_store(tr) -> None:
     """Write the layout version and a new store id if the store has none yet.  A conflicting
     read, so that two first writers agree on one id (the loser retries and sees it)."""
     check_layout(tr)
-    if value_of(tr.get(STORE_ID_KEY)) is None:
+    if not tr.get(STORE_ID_KEY).wait().present():
         tr.set(STORE_ID_KEY, fdb_tuple.pack((uuid.uuid4().bytes,)))
         tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
 
@@ -211,5 +212,5 @@ def store_id_future(tr):
 
 
 def store_id_of(future) -> bytes | None:
-    raw = future.wait()
+    raw = value_of(future)
     return None if raw is None else _unpack_meta(raw, "store id")

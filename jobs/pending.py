@@ -16,6 +16,7 @@ import uuid
 
 from . import keys
 from .engine import KeySelector, strinc
+from .engine.transactional import watch as watch_key
 
 SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
 BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8
@@ -130,5 +131,7 @@ def next_due(tr, type: str, after: float) -> float | None:
 
 
 def watch(tr, type: str):
-    """Watch that fires when a job of ``type`` is enqueued (wait on it after commit)."""
-    return tr.watch(keys.watches_pending_key(type))
+    """Watch that fires when a job of ``type`` is enqueued (wait on it after commit).  A
+    watch is a read: set it in a transaction that writes nothing, or that transaction
+    conflicts with every concurrent enqueue."""
+    return watch_key(tr, keys.watches_pending_key(type))

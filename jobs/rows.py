@@ -15,7 +15,7 @@ import weakref
 
 from . import keys, pending
 from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
-from .engine import Versionstamp
+from .engine import Versionstamp, value_of
 
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
 _USER_VERSIONS = 1 << 16
@@ -36,7 +36,7 @@ def _new_seq(tr) -> Versionstamp:
 
 def get(tr, type: str, job_id: str) -> Row | None:
     """The job's row (a conflicting read), or None."""
-    return decode(tr.get(keys.data_key(type, job_id)).wait(), type, job_id)
+    return decode(value_of(tr.get(keys.data_key(type, job_id))), type, job_id)
 
 
 def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:

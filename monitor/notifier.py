@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 from jobs import keys, rows
 from jobs.codec import decode_data, decode_row
-from jobs.engine import error_code
+from jobs.engine import error_code, value_of
 from jobs.engine.errors import OPERATION_CANCELLED
 from jobs.engine.transactional import run as run_transaction
+from jobs.engine.transactional import watch
 from jobs.errors import NotFound
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)
@@ -121,7 +122,7 @@ class Notifier:
     def _poll(self, tr, subs: list[Subscription]):
         """Read the subscribed rows; queue events for changes; return one watch per type."""
         snap = tr.snapshot
-        found = [(sub, snap.get(keys.data_key(sub.type, sub.id)).wait()) for sub in subs]
+        found = [(sub, value_of(snap.get(keys.data_key(sub.type, sub.id)))) for sub in subs]
         events = []
         for sub, raw in found:
             if raw is None:
@@ -144,7 +145,7 @@ class Notifier:
                     self._subs.remove(sub)
             if events:
                 self.cond.notify_all()
-        return [tr.watch(keys.watches_activity_key(t)) for t in {s.type for s in subs}]
+        return [watch(tr, keys.watches_activity_key(t)) for t in {s.type for s in subs}]
 
 
 _notifiers: "weakref.WeakKeyDictionary[object, Notifier]" = weakref.WeakKeyDictionary()

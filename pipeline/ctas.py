@@ -81,7 +81,8 @@ import orjson
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.engine import Subspace
+from jobs import prefixes
+from jobs.engine import Subspace, value_of
 from jobs.engine.transactional import is_database, run
 from processors.operations import JobFailed, Operation, Operations, OperationStatus
 
@@ -121,7 +122,7 @@ __all__ = [
 ]
 
 TYPE = "ctas"  # the operation type (jobs "op.ctas" and "op.ctas.complete")
-CTAS = Subspace(("ctas",))
+CTAS = Subspace(prefixes.CTAS)
 QUERY_MAX = 50_000  # characters; the query is kept in the operation's record (FDB values: 100 kB)
 START_ATTEMPTS = 3  # analyse + start again when a source changed in between
 HALT_POLL = 0.1  # seconds between checks that a partition job still holds its lock
@@ -304,8 +305,8 @@ def _key(ctas_id: str, *rest) -> bytes:
 
 
 def _read(tr, key: bytes, default=None):
-    raw = tr.get(key).wait()
-    return default if raw is None else orjson.loads(bytes(raw))
+    raw = value_of(tr.get(key))
+    return default if raw is None else orjson.loads(raw)
 
 
 def owner(ctas_id: str) -> str:

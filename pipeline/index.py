@@ -21,7 +21,8 @@ import uuid
 
 import orjson
 
-from jobs.engine import Subspace
+from jobs import prefixes
+from jobs.engine import Subspace, value_of
 from jobs.engine.transactional import run, within
 from processors.operations import Operation
 
@@ -31,7 +32,7 @@ from .frames import partition_frame, split_name
 from .partition_files import read_partition, write_partition
 from .spark import spark_schema, spark_session
 
-INDEXES = Subspace(("indexes",))
+INDEXES = Subspace(prefixes.INDEXES)
 
 
 class IndexExists(PipelineError):
@@ -45,8 +46,8 @@ def _key(qualified: str, name: str) -> bytes:
 
 def get_index(tr, qualified: str, name: str) -> dict | None:
     """The index record, or None."""
-    raw = within(tr, lambda tr: tr.get(_key(qualified, name)).wait())
-    return None if raw is None else orjson.loads(bytes(raw))
+    raw = within(tr, lambda tr: value_of(tr.get(_key(qualified, name))))
+    return None if raw is None else orjson.loads(raw)
 
 
 def index_location(table, name: str, pid) -> str:

@@ -78,6 +78,7 @@ import orjson
 
 import jobs
 from jobs.checks import ArgumentTypeError
+from jobs import prefixes
 from jobs.engine import Subspace
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import is_database, within
@@ -132,7 +133,7 @@ LOAD_TIMEOUT = 60.0  # type timeout of load jobs (the processor heartbeats 3 tim
 STARTED, FINISHED, ABORTED = "STARTED", "FINISHED", "ABORTED"
 BUILD_ATTEMPTS = 5  # end_transaction rebuilds when a chunk changed under it (another end)
 
-ROOT = Subspace(("ingest",))
+ROOT = Subspace(prefixes.INGEST)
 META = ROOT["meta"]
 DATABASES = ROOT["db"]
 TRANSACTIONS = ROOT["txn"]

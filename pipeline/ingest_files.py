@@ -12,8 +12,9 @@ Reading a chunk file (:func:`write_piece`):
   record.  ``\\N`` is NULL (MySQL's and Qserv's convention); an empty field is NULL too,
   except in ``string`` and ``binary`` columns, where it is the empty value.
 * Values: integers in decimal (range-checked for their type), ``boolean`` as
-  true/false/t/f/1/0, floats as Python reads them, ``decimal(p,s)`` with at most ``s``
-  fraction digits and ``p - s`` integer digits, ``binary`` in hexadecimal, ``date`` and
+  true/false/t/f/1/0, floats as Python reads them (a number too large for the type is
+  malformed, never infinity; ``inf`` and ``nan`` are read as such), ``decimal(p,s)`` with
+  at most ``s`` fraction digits and ``p - s`` integer digits, ``binary`` in hexadecimal, ``date`` and
   ``timestamp``/``timestamp_ntz`` in ISO 8601 (a ``timestamp`` without an offset is UTC; a
   ``timestamp_ntz`` may not have one).
 * A partitioned table's chunk column must hold the chunk number being loaded.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import decimal
+import math
 import os
 import re
 import shutil
@@ -116,7 +118,9 @@ def _converter(col: Column):
             if not _FLOAT.fullmatch(text.strip()):
                 raise _Bad(f"{text!r:.40} is not a number")
             value = float(text)
-            if t == "float" and abs(value) > FLOAT_MAX and value not in (float("inf"), float("-inf")):
+            if math.isinf(value) and "inf" not in text.lower():  # a finite number too large: not infinity
+                raise _Bad(f"{text!r:.40} is out of range for {t}")
+            if t == "float" and math.isfinite(value) and abs(value) > FLOAT_MAX:
                 raise _Bad(f"{text!r:.40} is out of range for float")
             return value
 

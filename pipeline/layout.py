@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import weakref
 
-from jobs.engine import Subspace
+from jobs import prefixes
+from jobs.engine import Subspace, value_of
 from jobs.engine import tuple as fdb_tuple
 
 from .errors import CatalogLayoutError, CatalogStoreError
 
 LAYOUT_VERSION = 1
 
-ROOT = Subspace(("catalog",))
+ROOT = Subspace(prefixes.CATALOG)
 META = ROOT["meta"]
 DATABASES = ROOT["db"]
 TABLES = ROOT["table"]
@@ -85,11 +86,8 @@ def span(space: Subspace, *prefix) -> tuple[bytes, bytes]:
 
 
 def read(tr, key: bytes) -> bytes | None:
-    """The value at ``key`` (a conflicting read, unless ``tr`` is a snapshot), as bytes or
-    None on either engine: the ``fdb`` bindings' future is a ``Value`` object, never None,
-    that equals None when the key is absent."""
-    value = tr.get(key).wait()
-    return None if value is None or value == None else bytes(value)  # noqa: E711 - fdb Value
+    """The value at ``key`` (a conflicting read, unless ``tr`` is a snapshot), or None."""
+    return value_of(tr.get(key))
 
 
 # --- layout version ------------------------------------------------------------------------

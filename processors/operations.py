@@ -34,14 +34,15 @@ import uuid
 import orjson
 
 import jobs
-from jobs import JobsError, checks
-from jobs.engine import Subspace, wait_future
+from jobs import JobsError, checks, prefixes
+from jobs.engine import Subspace, value_of, wait_future
 from jobs.engine.transactional import run as run_transaction, within
+from jobs.engine.transactional import watch as watch_key
 
 from .behaviors import Retry
 from .context import Context
 
-OPS = Subspace(("ops",))
+OPS = Subspace(prefixes.OPERATIONS)
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as recorded in job outcomes
 FINAL = ("success", "failed", "cancelled")
 # A coordinator whose completion code fails is retried until it succeeds (the operation
@@ -160,8 +161,8 @@ def _dumps(value) -> bytes:
 
 
 def _read(tr, key: bytes, default=None):
-    raw = tr.get(key).wait()
-    return default if raw is None else orjson.loads(bytes(raw))
+    raw = value_of(tr.get(key))
+    return default if raw is None else orjson.loads(raw)
 
 
 def _run_key(table: str) -> bytes:
@@ -337,7 +338,7 @@ class Operations:
         while True:
             def look(tr):
                 record = self._record(tr, table, type, instance)
-                return None if record["state"] in FINAL else tr.watch(key)
+                return None if record["state"] in FINAL else watch_key(tr, key)
 
             watch = run_transaction(self.db, look)
             if watch is None:
@@ -477,7 +478,7 @@ def _mark_job(tr, table: str, type: str, instance: int, part: str, success: bool
     set it (and enqueue the coordinator when this was the last job, or a failure)."""
     record = _read(tr, _op_key(table, type, instance))
     key = _job_space(table, type, instance).pack((part,))
-    if record is None or record["state"] != "running" or tr.get(key).wait() is not None:
+    if record is None or record["state"] != "running" or tr.get(key).wait().present():
         return  # already completed elsewhere: ignore, as the seed says
     tr.set(key, _dumps({"state": "success" if success else "failed", "result": result, "at": time.time(),
                         "ran_on": list(ran_on)}))

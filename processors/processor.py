@@ -48,6 +48,7 @@ from jobs import Halt, checks, keys
 from jobs.codec import encode_data
 from jobs.engine import error_code
 from jobs.engine.transactional import run as run_transaction
+from jobs.engine.transactional import watch
 from monitor import ActivityMonitor
 
 from . import behaviors
@@ -508,7 +509,7 @@ class Processor:
 
         def check(tr):
             lost = [r for r in held if not jobs.is_held(tr, r.job)]
-            return lost, [tr.watch(keys.watches_activity_key(t)) for t in {r.job.type for r in held}]
+            return lost, [watch(tr, keys.watches_activity_key(t)) for t in {r.job.type for r in held}]
 
         try:
             lost, watches = run_transaction(self.db, check)

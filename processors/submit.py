@@ -17,8 +17,8 @@ import orjson
 
 import jobs
 import jobs.aio
-from jobs import checks
-from jobs.engine import Subspace
+from jobs import checks, prefixes
+from jobs.engine import Subspace, value_of
 from jobs.engine.transactional import run
 
 from . import behaviors
@@ -27,7 +27,7 @@ from .errors import TaskFailed
 
 # ("processors", "submissions", type, job_id) -> nonce of the last submit that enqueued the
 # job under an explicit or unique id (16 bytes; one key per such id).
-SUBMISSIONS = Subspace(("processors", "submissions"))
+SUBMISSIONS = Subspace(prefixes.SUBMISSIONS)
 
 
 def task_id(type: str, params: dict | None) -> str:
@@ -64,7 +64,7 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
         # A retry after commit_unknown_result (1021) must not enqueue a second run, even if
         # the first already ran and finished meanwhile: the submission's nonce, written
         # with the add, tells whether an earlier attempt committed.
-        if given and tr.get(mark).wait() == nonce:
+        if given and value_of(tr.get(mark)) == nonce:
             return
         try:
             state = jobs.get_job_state(tr, type, job_id)

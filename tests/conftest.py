@@ -5,8 +5,9 @@
 * ``embedded``: the embedded engine on a file in ``tmp_path`` (``sqlite:PATH``);
 * ``memory``: the embedded engine on a private store (``memory:``);
 * ``fdb``: a real FoundationDB cluster, only when ``FDB_CLUSTER_FILE`` is set (skipped
-  otherwise).  The job layer's whole ``("jobs",)`` tuple prefix is cleared before and after
-  each test: point it at a test cluster only.
+  otherwise).  Every prefix the project owns (``jobs.prefixes``) and those the tests
+  write (:data:`TEST_PREFIXES`) are cleared before and after each test, so no test sees
+  another's leftovers: point it at a test cluster only.
 
 The store is closed after the test.  ``app``: a subspace for the application's own keys
 (tests that write them next to job calls in one transaction), cleared like the job layer's
@@ -24,14 +25,27 @@ import jobs
 
 JOB_ENGINES = ["embedded", "memory", "fdb"]
 APP_PREFIX = ("jobs-tests-app",)  # the application's own keys in composition tests
+# Keys the tests write as an application would: tuple prefixes, and raw ones (b"app/...").
+TEST_PREFIXES = (APP_PREFIX, ("app-writes",), ("chaos",))
+RAW_TEST_PREFIXES = (b"app/",)
 FDB_SKIP_REASON = "fdb engine: FDB_CLUSTER_FILE is not set (point it at a test cluster's cluster file)"
 
 
-def _clear_jobs_prefix(db) -> None:
+def clear_store(db) -> None:
+    """Remove every key the project and the tests write (on a shared cluster)."""
+    from jobs import prefixes
+    from jobs.engine import strinc
     from jobs.engine import tuple as fdb_tuple
 
-    r = fdb_tuple.range(("jobs",))
-    db.clear_range(r.start, r.stop)
+    def body(tr):
+        prefixes.clear_all(tr)
+        for prefix in TEST_PREFIXES:
+            r = fdb_tuple.range(prefix)
+            tr.clear_range(r.start, r.stop)
+        for raw in RAW_TEST_PREFIXES:
+            tr.clear_range(raw, strinc(raw))
+
+    jobs.transactional(body)(db)
 
 
 def store_url(name: str, tmp_path) -> str:
@@ -53,12 +67,12 @@ def db(request, tmp_path):
     database = jobs.open(store_url(name, tmp_path))
     try:
         if name == "fdb":
-            _clear_jobs_prefix(database)
+            clear_store(database)
         yield database
     finally:
         try:
             if name == "fdb":
-                _clear_jobs_prefix(database)
+                clear_store(database)
         finally:
             close = getattr(database, "close", None)
             if close is not None:
@@ -86,16 +100,11 @@ def commit_version(db):
 
 @pytest.fixture
 def app(db, engine_name):
-    """Subspace of the application's own keys, empty at the start of the test."""
+    """Subspace of the application's own keys, empty at the start of the test (``db``
+    clears it on ``fdb``)."""
     from jobs.engine import Subspace
 
-    space = Subspace(APP_PREFIX)
-    r = space.range()
-    if engine_name == "fdb":
-        db.clear_range(r.start, r.stop)
-    yield space
-    if engine_name == "fdb":
-        db.clear_range(r.start, r.stop)
+    return Subspace(APP_PREFIX)
 
 
 @pytest.fixture(scope="session")

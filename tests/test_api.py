@@ -18,7 +18,7 @@ from jobs.engine import tuple as fdb_tuple
 from jobs.engine.errors import COMMIT_UNKNOWN_RESULT, FDBError
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.futures import Future
-from waiting import DEADLINE
+from waiting import DEADLINE, wait_until
 
 T = "t"
 WAIT = 30.0  # generous bound for threads; never a timing assertion
@@ -564,3 +564,58 @@ def test_finish_repeated_after_another_worker_took_the_job_halts_unfenced_writes
     assert db.get(b"app/j") is None and jobs.get_job_state(db, T, "j") == "running"
     work(db, b)
     assert db.get(b"app/j") == b.lock
+
+
+# --- watches: a watch is a read (FoundationDB) -----------------------------------------------
+
+
+def test_accept_sets_no_watch_in_a_transaction_that_writes(db, app):
+    """An accept attempt that writes the caller's changes (a worker's finishes) and finds
+    nothing must not set its watch there: a watch is a read conflict on the type's
+    enqueue counter, so every enqueue meanwhile would make it fail and run again."""
+    from jobs.accepting import AcceptCall
+
+    jobs.set_type_timeout(db, T, 60)
+    calls = []
+
+    def also(tr):
+        calls.append(1)
+        tr.set(app.pack(("finished", len(calls))), b"1")
+        if len(calls) == 1:
+            jobs.add(db, T, "later", scheduled_time=time.time() + 3600)  # an enqueue meanwhile
+
+    call = AcceptCall(db, T)
+    assert call.attempt(also) is None  # nothing due; no watch set: attempt again
+    assert calls == [1]  # committed at once: no conflict, no retry
+    out = call.attempt()  # read-only: this one waits on the watch
+    assert out.watch is not None and out.due is not None
+    out.watch.cancel()
+
+
+def test_run_cancels_the_watches_of_a_failed_attempt(db, app, engine_name):
+    """An attempt that fails before its commit (here a read past the 5 s limit: 1007)
+    leaves its watches to ``on_error``, which a cluster was seen not to cancel: ``run``
+    cancels those set through ``transactional.watch`` itself (1101, not on_error's 1025)."""
+    from jobs.engine import FDBError, error_code
+    from jobs.engine.transactional import run, watch
+
+    if engine_name == "fdb":
+        import fdb
+
+        FDBError = fdb.FDBError  # noqa: N806 - the engine's own error type, as its reads raise
+    watches = []
+
+    def body(tr):
+        watches.append(watch(tr, app.pack(("w",))))
+        if len(watches) == 1:
+            raise FDBError(1007)  # as a read of a too old transaction raises
+        tr.set(app.pack(("out",)), b"1")
+
+    run(db, body)
+    first, second = watches
+    assert wait_until(first.is_ready, 10)
+    with pytest.raises(Exception) as info:
+        first.wait()
+    assert error_code(info.value) == 1101
+    assert not second.is_ready()  # the committed attempt's watch is armed
+    second.cancel()

@@ -12,9 +12,12 @@ import pytest
 
 import jobs
 from jobs import keys
+from jobs.checks import MAX_TIME
 from jobs.codec import DATA_LIMIT
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.urls import open_database
+from stored import add_unchecked
+from stored import snapshot as store_snapshot
 
 T = "t"
 NAN, INF = math.nan, math.inf
@@ -23,12 +26,6 @@ NAN, INF = math.nan, math.inf
 @pytest.fixture(autouse=True)
 def type_timeout(db):
     jobs.set_type_timeout(db, T, 60)
-
-
-def store_snapshot(db) -> list:
-    """Every key and value of the job layer: to show that a failed call wrote nothing."""
-    r = keys.ROOT.range()
-    return [(bytes(k), bytes(v)) for k, v in db.get_range(r.start, r.stop)]
 
 
 @pytest.fixture
@@ -162,6 +159,32 @@ def test_bad_types_and_ids_are_value_errors_naming_the_argument(db, value, error
     assert store_snapshot(db) == before
 
 
+CONTROL = {"newline": "a\nb", "tab": "a\tb", "NUL": "a\x00b", "escape": "\x1b[31mred", "DEL": "a\x7f",
+           "C1 next line": "a\x85b", "line separator": "a\u2028b", "carriage return": "a\rb"}
+
+
+@pytest.mark.parametrize("value", CONTROL.values(), ids=CONTROL.keys())
+def test_names_with_control_characters_are_refused_when_written(db, value):
+    """Every text view (jobs list, show, status, logs) would break on them."""
+    before = store_snapshot(db)
+    for what, call in [("job id", lambda: jobs.add(db, T, value)),
+                       ("type", lambda: jobs.add(db, value, "j")),
+                       ("type", lambda: jobs.set_type_timeout(db, value, 5))]:
+        with pytest.raises(ValueError, match=f"{what} .*control character") as info:
+            call()
+        assert type(info.value) is ValueError
+    assert store_snapshot(db) == before
+
+
+def test_a_stored_name_with_control_characters_can_be_shown_and_removed(db):
+    """An older release stored it: lookups take it, so that it can be cleaned up."""
+    add_unchecked(db, T, "a\nb")
+    assert jobs.get_job(db, T, "a\nb").state == "pending"
+    assert [i.id for i in jobs.get_jobs(db, T)] == ["a\nb"]
+    jobs.remove(db, T, "a\nb")
+    assert jobs.get_jobs(db, T) == []
+
+
 def test_ids_too_long_for_a_key(db):
     with pytest.raises(ValueError, match="too long"):
         jobs.add(db, T, "x" * 20_000)
@@ -183,6 +206,31 @@ def test_bad_scheduled_times(db, running, value):
     with pytest.raises(ValueError, match="scheduled_time"):
         jobs.resubmit(db, running, value)
     assert store_snapshot(db) == before
+
+
+UNSHOWABLE_TIMES = {"1e30": 1e30, "year 10000": 253402300800, "year 9999": MAX_TIME, "max float": 1.7e308}
+
+
+@pytest.mark.parametrize("value", UNSHOWABLE_TIMES.values(), ids=UNSHOWABLE_TIMES.keys())
+def test_scheduled_times_no_date_can_show_are_refused(db, running, value):
+    before = store_snapshot(db)
+    with pytest.raises(ValueError, match="scheduled_time must be before the year 9999") as info:
+        jobs.add(db, T, "j", {}, value)
+    assert type(info.value) is ValueError
+    with pytest.raises(ValueError, match="scheduled_time"):
+        jobs.resubmit(db, running, value)
+    with pytest.raises(ValueError, match="scheduled_time"):
+        jobs.resubmit(db, jobs.get_job(db, T, "p"), value)
+    assert store_snapshot(db) == before
+
+
+def test_the_latest_scheduled_time_is_a_date_in_every_time_zone(db):
+    latest = MAX_TIME - 1
+    jobs.add(db, T, "j", {}, latest)
+    assert jobs.get_job(db, T, "j").scheduled_time == latest
+    for hours in (-12, 14):  # the furthest time zones from UTC
+        zone = datetime.timezone(datetime.timedelta(hours=hours))
+        assert datetime.datetime.fromtimestamp(latest, zone).year == 9998 + (hours > 0)
 
 
 @pytest.mark.parametrize("value", [0, *BAD_SECONDS.values()], ids=["zero", *BAD_SECONDS.keys()])

@@ -5,6 +5,7 @@ script end to end, ``worker`` included."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 import jobs
 from jobs import cli, status
 from jobs.engine.urls import ENV_VAR
+from stored import add_unchecked, snapshot
 from waiting import DEADLINE, wait_until
 
 JOBS_SCRIPT = Path(sys.executable).parent / "jobs"
@@ -75,14 +77,14 @@ def test_help(capsys):
     assert code == 2 and "required" in err
     assert run(capsys, "nosuch")[0] == 2
     code, _, err = run(capsys, "help", "nosuch")
-    assert code == 1 and "no command 'nosuch'" in err
+    assert code == 2 and "argument COMMAND: invalid choice: 'nosuch'" in err  # a usage error
 
 
 # --- the commands ------------------------------------------------------------------------
 
 
-def test_set_timeout_and_types(capsys, url):
-    code, out, _ = run(capsys, "--store", url, "types")
+def test_set_timeout_and_types(capsys, url, db):
+    code, out, _ = run(capsys, "--store", url, "types")  # an empty store (db made it)
     assert code == 0 and "no job types" in out
     code, out, _ = run(capsys, "--store", url, "set-timeout", "resize", "30")
     assert code == 0 and "resize" in out and "30s" in out
@@ -135,9 +137,30 @@ def test_parse_time():
     assert cli.parse_time("+1h", now=100) == 3700
     assert cli.parse_time("+1d", now=100) == 86500
     assert cli.parse_time("2030-01-02T03:04:05") == datetime(2030, 1, 2, 3, 4, 5).timestamp()  # local time
-    for bad in ("soon", "+", "+xs", "2030-13-01"):
+    for bad in ("soon", "+", "+xs", "2030-13-01", "-", "-xm"):
         with pytest.raises(Exception, match="bad time"):
             cli.parse_time(bad)
+
+
+def test_parse_time_in_the_past():
+    assert cli.parse_time("-30", now=1000) == 970
+    assert cli.parse_time("-2m", now=1000) == 880
+    assert cli.parse_time("-1.5h", now=10000) == 4600
+    with pytest.raises(Exception, match="bad time '-1d': the time must be zero or more"):
+        cli.parse_time("-1d", now=100)
+
+
+def test_add_at_a_time_in_the_past(capsys, url, db):
+    """``--at -5m``: argparse would take -5m for an option (it is not a plain number)."""
+    jobs.set_type_timeout(db, "t", 30)
+    for argv in (["--at", "-5m"], ["--at=-5m"]):
+        before = time.time()
+        doc = run_json(capsys, "--store", url, "add", "t", "past", *argv)
+        assert before - 300 <= doc["scheduled_time"] <= time.time() - 300
+    assert run_json(capsys, "--store", url, "add", "t", "past", "--at", "-.5h", "--data", "{}")["scheduled_time"] \
+        <= time.time() - 1800
+    code, out, _ = run(capsys, "--store", url, "show", "t", "past")
+    assert code == 0 and "ago)" in out
 
 
 def _three_states(db):
@@ -251,8 +274,9 @@ def test_store_from_env_or_flag(capsys, monkeypatch, tmp_path, url):
     assert [d["id"] for d in run_json(capsys, "--store", other, "list")] == ["in-other"]
     assert [d["id"] for d in run_json(capsys, "list", "--store", other)] == ["in-other"]
     monkeypatch.delenv(ENV_VAR)
-    assert run_json(capsys, "list") == []  # the default store, in the working directory
+    assert run(capsys, "set-timeout", "t", "30")[0] == 0  # the default store, made in the working directory
     assert (tmp_path / ".jobs" / "jobs.sqlite").exists()
+    assert run_json(capsys, "list") == []
 
 
 # --- bad input ---------------------------------------------------------------------------
@@ -263,7 +287,7 @@ BAD = [
     (["add", "t", "a", "--data", "[1, 2]"], 1, "must be a dict (a JSON object)"),
     (["add", "t", "a", "--data", '"text"'], 1, "must be a dict (a JSON object)"),
     (["add", "t", "a", "--at", "soon"], 2, "bad time 'soon'"),
-    (["add", "t", "a", "--at", "-5"], 1, "scheduled_time must be zero or more"),
+    (["add", "t", "a", "--at", "-1e12"], 2, "bad time '-1e12': the time must be zero or more"),
     (["add", "notype", "a"], 1, "run 'jobs set-timeout notype SECONDS' first"),
     (["set-timeout", "t", "-1"], 1, "type timeout must be positive"),
     (["set-timeout", "t", "0"], 1, "type timeout must be positive"),
@@ -292,6 +316,106 @@ def test_bad_input(capsys, url, db, argv, code, message):
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("jobs") and "error: " in last and message in last
+
+
+@pytest.mark.parametrize("at", ["1e30", "253402300800", "9999-06-01T00:00:00", "+1e30s", "inf", "nan"])
+def test_add_refuses_a_time_no_date_can_show_and_writes_nothing(capsys, url, db, at):
+    """Such a job was written, then crashed ``jobs show`` and ``jobs list`` until removed."""
+    jobs.set_type_timeout(db, "t", 30)
+    before = snapshot(db)
+    code, out, err = run(capsys, "--store", url, "add", "t", "j", "--at", at)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert f"argument --at: bad time '{at}': the time must be " in err.splitlines()[-1]
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("data", ["null", " null "])
+def test_add_refuses_null_data(capsys, url, db, data):
+    jobs.set_type_timeout(db, "t", 30)
+    before = snapshot(db)
+    code, _, err = run(capsys, "--store", url, "add", "t", "j", "--data", data)
+    assert code == 1 and err == "jobs: error: --data null is not a JSON object: give one, such as '{\"k\": 1}', " \
+                                "or leave --data out for {}\n"
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("job_id", ["a\nb", "a\tb", "\x1b[2Jx", "a\rb", "a\u2028b"])
+def test_add_refuses_ids_with_control_characters(capsys, url, db, job_id):
+    jobs.set_type_timeout(db, "t", 30)
+    before = snapshot(db)
+    code, _, err = run(capsys, "--store", url, "add", "t", job_id)
+    assert code == 1 and err.startswith("jobs: error: job id ") and "control character" in err
+    assert err.count("\n") == 1  # the id is shown escaped
+    assert snapshot(db) == before
+
+
+def test_views_show_whatever_an_older_release_stored(capsys, url, db):
+    """Times no date can show and names with control characters: every view shows them,
+    on one line each, and they can be removed."""
+    add_unchecked(db, "t", "far", 1e30)
+    add_unchecked(db, "t", "y10k", 253402300800.0)
+    add_unchecked(db, "t", "a\nb\x1b[31m")
+    add_unchecked(db, "we\tird", "w")
+    code, out, err = run(capsys, "--store", url, "list")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 5 and len({line.index("pending") for line in lines[1:]}) == 1  # one column
+    assert "a\\nb\\x1b[31m" in out and "we\\tird" in out
+    assert "1e+30 (seconds since the epoch, not a date)" in out
+    assert "253402300800 (seconds since the epoch, not a date)" in out
+    for job_id in ("far", "y10k", "a\nb\x1b[31m"):
+        code, out, err = run(capsys, "--store", url, "show", "t", job_id)
+        assert code == 0 and len(out.splitlines()) == 5, err
+    assert run_json(capsys, "--store", url, "show", "t", "far")["scheduled_time"] == 1e30
+    assert {d["id"] for d in run_json(capsys, "--store", url, "list")} == {"far", "y10k", "a\nb\x1b[31m", "w"}
+    code, out, err = run(capsys, "--store", url, "status")
+    assert code == 0 and "we\\tird" in out and "\t" not in out, err
+    assert run_json(capsys, "--store", url, "status")["types"][0]["pending"] == 3
+    code, out, _ = run(capsys, "--store", url, "remove", "t", "a\nb\x1b[31m")
+    assert code == 0 and out == "removed t/a\\nb\\x1b[31m\n"
+
+
+READ_ONLY = [["status"], ["list"], ["list", "t"], ["show", "t", "j"], ["types"], ["remove", "t", "j"]]
+
+
+@pytest.mark.parametrize("argv", READ_ONLY, ids=[" ".join(a) for a in READ_ONLY])
+def test_read_only_commands_never_create_a_store(capsys, tmp_path, argv):
+    """A mistyped path was a new empty store: "(no job types)", exit 0."""
+    path = tmp_path / "typo.sqlite"
+    code, out, err = run(capsys, "--store", f"sqlite:{path}", *argv)
+    assert code == 1 and out == ""
+    assert err == f"jobs: error: cannot open store 'sqlite:{path}': store file '{path}' does not exist; check the path\n"
+    code, _, err = run(capsys, *argv)  # the default store (.jobs/jobs.sqlite in the working directory)
+    assert code == 1 and "store file '.jobs/jobs.sqlite' does not exist" in err
+    assert os.listdir(tmp_path) == []
+
+
+def test_serve_status_never_creates_a_store(tmp_path):
+    path = tmp_path / "typo.sqlite"
+    done = _script("--store", f"sqlite:{path}", "serve-status", "--port", "0")
+    assert done.returncode == 1 and "does not exist" in done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv", [["types"], ["set-timeout", "t", "5"], ["add", "t", "j"], ["status"]])
+def test_another_applications_sqlite_file_is_left_alone(capsys, tmp_path, argv):
+    import sqlite3
+
+    path = tmp_path / "app.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.execute("INSERT INTO notes (body) VALUES ('keep me')")
+        conn.commit()
+    before = path.read_bytes()
+    code, out, err = run(capsys, "--store", f"sqlite:{path}", *argv)
+    assert code == 1 and out == "" and "is an SQLite database but not a job store (it has tables notes)" in err
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["app.sqlite"]
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "http"])
+def test_serve_status_port_out_of_range_is_a_usage_error(capsys, port):
+    code, out, err = run(capsys, "serve-status", "--port", port)
+    assert code == 2 and out == "" and f"argument --port: expected an integer from 0 to 65535, not '{port}'" in err
 
 
 def test_bad_store_file(capsys, tmp_path):

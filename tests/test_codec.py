@@ -18,18 +18,31 @@ rows = st.builds(Row, st.one_of(st.none(), complete_seq), maybe_bytes, doubles, 
                  st.binary(max_size=50), maybe_bytes)
 
 
+def tuple_layer_bytes(fields: tuple) -> bytes:
+    """The tuple layer's bytes for a row's fields.  A versionstamp is packed by hand (code
+    0x33, 10 + 2 bytes, 0xFF placeholder when incomplete): the bindings' own packer needs
+    libfdb_c for it (tests/engine/test_bindings.py compares the two where it is loaded)."""
+    seq, rest = fields[0], fields[1:]
+    if seq is None:
+        return fdb_tuple.pack(fields)
+    stamp = seq.tr_version if seq.is_complete() else b"\xff" * 10
+    return b"\x33" + stamp + seq.user_version.to_bytes(2, "big") + fdb_tuple.pack(rest)
+
+
 @given(rows)
 def test_rows_encode_as_the_tuple_layer_does_and_read_back(row):
     raw = encode_row(row)
-    assert raw == fdb_tuple.pack((row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    fields = (row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock)
+    assert raw == tuple_layer_bytes(fields)
+    assert fdb_tuple.unpack(raw) == fields  # the bindings' own decoder agrees
     assert decode_row(raw) == row
 
 
 @given(rows, st.integers(0, 0xFFFF))
 def test_stamped_rows_encode_as_the_tuple_layer_does(row, user_version):
     seq = Versionstamp(user_version=user_version)
-    expected = fdb_tuple.pack_with_versionstamp((seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock))
-    assert encode_stamped_row(row, seq) == expected
+    fields = (seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock)
+    assert encode_stamped_row(row, seq) == tuple_layer_bytes(fields) + (1).to_bytes(4, "little")
 
 
 def test_five_field_rows_as_couch_jobs_writes_them_still_read():

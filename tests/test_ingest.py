@@ -5,6 +5,7 @@ job lock.  Processors run on threads; tests wait on conditions, never on duratio
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 
 import jobs
 import pipeline
+from jobs.engine import FDBError
 from pipeline import ingest
 from pipeline.errors import (
     DatabaseExists,
@@ -186,6 +188,54 @@ def test_placement_is_stable_under_concurrent_requests(sky):
     assert {c: ingest.chunk_placement(db, other.id, c).worker for c in placed} == placed
 
 
+def interleaved(db, *calls):
+    """Run each call (a function of a transaction) in its own transaction, every call's
+    reads done before any transaction commits; then commit them in order, each retried as
+    the retry loop would (a new attempt on a conflict).  ``[(result, attempts)]``."""
+    trs = [db.create_transaction() for _ in calls]
+    results = [call(tr) for call, tr in zip(calls, trs)]
+    out = []
+    for call, tr, result in zip(calls, trs, results):
+        attempts = 1
+        while True:
+            try:
+                tr.commit().wait()
+                break
+            except FDBError as exc:
+                tr.on_error(exc).wait()
+                attempts += 1
+                result = call(tr)
+        out.append((result, attempts))
+    return out
+
+
+def test_placements_forced_to_interleave_serialise(sky):
+    """Two placements that both read before either commits: the second must conflict and
+    be retried (placement reads are conflicting reads), so that it sees the first."""
+    db = sky
+    for name in ("w1", "w2"):
+        ingest.register_worker(db, name, threads=4)
+    txn = ingest.begin_transaction(db, "sky")
+
+    def place(chunk):
+        return lambda tr: ingest.chunk_placement(tr, txn.id, chunk).worker
+
+    alone = {}  # where each chunk goes when placed alone (asked in a transaction never committed)
+    for chunk in range(4):
+        tr = db.create_transaction()
+        alone[chunk] = place(chunk)(tr)
+        tr.cancel()
+    a, b = next((a, b) for a in range(4) for b in range(a + 1, 4) if alone[a] == alone[b])  # 4 chunks, 2 workers
+    # new chunks that alone would go to one worker: the second, retried, sees the first's count
+    (first, n1), (second, n2) = interleaved(db, place(a), place(b))
+    assert (first, n1) == (alone[a], 1)
+    assert n2 == 2 and second != first  # spread over both workers
+    # the same new chunk twice: the second, retried, finds it placed
+    c = next(c for c in range(4) if c not in (a, b))
+    (first, n1), (second, n2) = interleaved(db, place(c), place(c))
+    assert (n1, n2) == (1, 2) and first == second == ingest.chunk_placement(db, txn.id, c).worker
+
+
 # --- prerequisites -------------------------------------------------------------------------
 
 
@@ -344,6 +394,40 @@ def test_malformed_rows_are_reported_with_file_and_line(sky, tmp_path):
         assert ingest.load_chunk(db, txn.id, "obj", 1, bad, wait=True).result(0)["rows"] == 2
     assert ingest.end_transaction(db, txn.id).rows == 2
     assert table_rows(db)[1][1]["name"] == "multi\nline"
+
+
+def test_a_number_too_large_for_a_double_is_malformed_and_nothing_is_loaded(sky, tmp_path):
+    """It was loaded as infinity."""
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    bad = write(tmp_path, "huge.csv", "1,1,0.5,a\n2,1,1e400,b\n3,1,-1E999,c\n4,1,1.7976931348623157e308,d\n")
+    with running(worker(db)):
+        with pytest.raises(LoadFailed) as caught:
+            ingest.load_chunk(db, txn.id, "obj", 1, bad, wait=True)
+    message = str(caught.value)
+    assert "2 malformed row(s)" in message, message
+    assert f"{bad}:2: column ra: '1e400' is out of range for double" in message
+    assert f"{bad}:3: column ra: '-1E999' is out of range for double" in message
+    assert ingest.end_transaction(db, txn.id).rows == 0  # nothing of the file was loaded
+    assert table_rows(db) == {}
+
+
+def test_write_piece_reads_infinity_only_when_written_so(tmp_path):
+    from pipeline.schema import columns
+
+    cols = columns([{"name": "d", "type": "double"}, {"name": "f", "type": "float"}])
+    src = tmp_path / "t.tsv"
+    src.write_text("inf\t-Infinity\n-inf\tnan\n1.7976931348623157e308\t3.4e38\n")
+    rows = pq.read_table(write_piece(str(src), str(tmp_path / "out" / "ok.parquet"), cols, fmt="tsv").file).to_pylist()
+    assert [r["d"] for r in rows] == [math.inf, -math.inf, 1.7976931348623157e308]
+    assert rows[0]["f"] == -math.inf and math.isnan(rows[1]["f"])
+    src.write_text("1e309\t1\n1\t1e309\n1\t1e39\n")
+    with pytest.raises(MalformedRows) as caught:
+        write_piece(str(src), str(tmp_path / "out" / "bad.parquet"), cols, fmt="tsv")
+    assert caught.value.rows == [(1, "column d: '1e309' is out of range for double"),
+                                 (2, "column f: '1e309' is out of range for float"),
+                                 (3, "column f: '1e39' is out of range for float")]
+    assert not os.path.exists(tmp_path / "out" / "bad.parquet")
 
 
 def test_write_piece_types_and_reasons(tmp_path):

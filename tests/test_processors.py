@@ -191,10 +191,12 @@ def test_one_worker_serves_several_types_and_future_jobs_when_due(db):
 def test_retry_with_backoff_records_attempts_then_succeeds(db):
     p = Processor(db)
     attempts = []
+    retry = Retry(max_attempts=4, backoff=0.2, max_backoff=0.3, jitter=0.5)
 
-    @p.handler("flaky", timeout=10, retry=Retry(max_attempts=4, backoff=0.01, max_backoff=0.05))
+    @p.handler("flaky", timeout=10, retry=retry)
     def flaky(ctx):
-        attempts.append((ctx.attempt, (ctx.last_error or {}).get("message")))
+        scheduled = jobs.get_job(db, "flaky", ctx.job_id).scheduled_time  # (a running job keeps it)
+        attempts.append((ctx.attempt, ctx.last_error or {}, scheduled, time.time()))
         if ctx.attempt < 3:
             raise RuntimeError(f"boom {ctx.attempt}")
         assert TASK_KEY not in ctx.data
@@ -202,8 +204,22 @@ def test_retry_with_backoff_records_attempts_then_succeeds(db):
 
     with running(p):
         assert p.submit("flaky", {"x": 1}).result(DEADLINE) == {"ok": True}
-    assert attempts == [(1, None), (2, "boom 1"), (3, "boom 2")]
+    assert [(n, error.get("message")) for n, error, _s, _t in attempts] == [(1, None), (2, "boom 1"), (3, "boom 2")]
     assert p.stats["retried"] == 2 and p.stats["succeeded"] == 1
+    # Each retry waited its backoff: the job was rescheduled at least the backoff (less the
+    # most jitter can take off) after the failure was recorded, and ran no earlier.
+    for failed, (n, error, scheduled, started) in enumerate(attempts[1:], start=1):
+        least = min(retry.max_backoff, retry.backoff * 2 ** (failed - 1)) * (1 - retry.jitter)
+        assert scheduled >= error["at"] + least, (n, scheduled - error["at"], least)
+        assert started >= scheduled
+
+
+def test_retry_delay_doubles_up_to_the_cap_less_the_jitter():
+    exact = Retry(max_attempts=9, backoff=0.2, max_backoff=1.0, jitter=0)
+    assert [exact.delay(n) for n in (1, 2, 3, 4, 100)] == [0.2, 0.4, 0.8, 1.0, 1.0]
+    jittered = Retry(max_attempts=9, backoff=0.2, max_backoff=1.0, jitter=0.5)
+    for n, base in ((1, 0.2), (3, 0.8), (5, 1.0)):
+        assert all(base / 2 <= jittered.delay(n) <= base for _ in range(200))
 
 
 def test_last_failed_attempt_finishes_the_job_with_the_error(db):

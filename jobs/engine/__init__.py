@@ -5,13 +5,18 @@
 * ``cluster``: a real FoundationDB cluster through the official bindings (``cluster.py``).
 * ``faults``: a wrapper around either that makes commits fail on purpose.
 
-Code above this package is written against the FDB API only: ``tr.get(k).wait()`` gives
-``bytes | None``; ``get_range`` yields ``(key, value)`` rows; ``get_versionstamp()`` and
-``watch()`` return futures (see ``futures.wait_future`` for a timeout).
+Code above this package is written against the bindings' API as it is, which both engines
+serve: ``tr.get(k)`` is a ``Value`` future (read its bytes with :func:`value_of`; absent
+keys are told by ``present()``); ``get_range`` is a lazy iterable of ``(key, value)`` rows
+(no ``len``); ``get_versionstamp()`` and ``watch()`` return futures (see
+``futures.wait_future`` for a timeout).  Versionstamps are packed with
+:func:`pack_versionstamp` / :func:`pack_with_versionstamp`, which need no libfdb_c.
 """
 
 from .errors import FDBError, error_code, is_retryable
-from .fdbapi import KeySelector, KeyValue, Subspace, Versionstamp, strinc, tuple
+from .fdbapi import (
+    KeySelector, KeyValue, Subspace, Versionstamp, pack_versionstamp, pack_with_versionstamp, strinc, tuple,
+)
 from .futures import value_of, wait_future
 from .transactional import is_database, transactional
 
@@ -24,6 +29,8 @@ __all__ = [
     "error_code",
     "is_database",
     "is_retryable",
+    "pack_versionstamp",
+    "pack_with_versionstamp",
     "strinc",
     "transactional",
     "tuple",

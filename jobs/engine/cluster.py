@@ -1,13 +1,11 @@
 """The ``fdb`` engine: a real FoundationDB cluster through the official bindings.
 
-Thin on purpose: the bindings already provide the API the job layer is written against.
-This module only
+Thin on purpose: the bindings provide the API the job layer is written against, and are
+used as they are (nothing in ``fdb`` is replaced or patched, so an application may select
+the API version and open databases itself, before or after importing this package, and
+pass its own ``fdb.Database`` or transactions to the job layer).  This module only
 
-* loads the bindings at API version 730, replacing the ``fdb.impl`` stand-in that lets the
-  embedded engine use ``fdb.tuple`` without libfdb_c (see ``fdbapi.py``);
-* lets the real ``get_range`` accept this project's :class:`~jobs.engine.fdbapi.KeySelector`
-  (the bindings test ``isinstance(x, fdb.KeySelector)`` and would otherwise take our
-  selector for a key);
+* selects API version 730 if the application has not selected one;
 * turns the ways opening can fail (no libfdb_c, no cluster file, unreachable cluster) into
   :class:`~jobs.engine.urls.StoreOpenError` naming what to do.
 
@@ -22,10 +20,10 @@ import os
 import sys
 import threading
 
-from . import fdbapi
 from .urls import StoreOpenError
 
 API_VERSION = 730
+MIN_API_VERSION = 710  # oldest API version whose semantics the job layer was checked against
 
 # Where libfdb_c looks for a cluster file when none is given (FoundationDB's documented
 # order: $FDB_CLUSTER_FILE, ./fdb.cluster, then the platform default).
@@ -44,70 +42,27 @@ _load_lock = threading.Lock()
 
 
 def load_bindings():
-    """Import the ``fdb`` bindings with libfdb_c loaded at API version 730 and return the
-    ``fdb`` module.  Safe to call repeatedly.  Raises :class:`StoreOpenError` when the C
-    library is missing or cannot serve API version 730; the embedded engine keeps working
-    after such a failure."""
+    """The ``fdb`` module with libfdb_c loaded: at the API version the application selected
+    (at least :data:`MIN_API_VERSION`), else at :data:`API_VERSION`.  Safe to call
+    repeatedly.  Raises :class:`StoreOpenError` when the C library is missing or cannot
+    serve the version; the embedded engine keeps working after such a failure."""
     import fdb
 
     with _load_lock:
-        if fdb.is_api_version_selected():
-            if fdb.get_api_version() != API_VERSION:
+        if not fdb.is_api_version_selected():
+            try:
+                fdb.api_version(API_VERSION)
+            except Exception as exc:  # noqa: BLE001 - the bindings raise Exception/OSError/RuntimeError
                 raise StoreOpenError(
-                    f"the fdb bindings were already loaded at API version {fdb.get_api_version()}, "
-                    f"this package needs {API_VERSION}"
-                )
-            _adapt(fdb.impl)
-            return fdb
-        fdbapi.remove_impl_standin()
-        try:
-            import fdb.impl  # noqa: F401  - loads libfdb_c (a bare Exception when it is missing)
-
-            fdb.api_version(API_VERSION)
-        except Exception as exc:  # noqa: BLE001 - the bindings raise Exception/OSError/RuntimeError
-            sys.modules.pop("fdb.impl", None)
-            if hasattr(fdb, "impl"):
-                del fdb.impl
-            fdbapi.install_impl_standin()  # keep fdb.tuple usable for the embedded engine
-            raise StoreOpenError(f"cannot load the FoundationDB client library: {exc}; {CLIENT_HINT}") from exc
-        _adapt(fdb.impl)
+                    f"cannot load the FoundationDB client library: {exc}; {CLIENT_HINT}"
+                ) from exc
+        version = fdb.get_api_version()
+        if version < MIN_API_VERSION:
+            raise StoreOpenError(
+                f"the fdb bindings were loaded at API version {version}; the job layer needs "
+                f"{MIN_API_VERSION} or newer ({API_VERSION} is tested)"
+            )
         return fdb
-
-
-def _adapt(impl) -> None:
-    """Make the bindings serve the API subset the job layer is written against."""
-    _accept_project_key_selectors(impl)
-    _value_wait_returns_bytes(impl)
-
-
-def _value_wait_returns_bytes(impl) -> None:
-    """``tr.get(key).wait()`` is the value's bytes, or None for an absent key, as on the
-    embedded engine.  The bindings' ``Value.wait()`` returns the future itself, which is
-    never None, so every ``... .wait() is None`` test would see a missing key as present."""
-    if getattr(impl.Value.wait, "_jobs_patched", False):
-        return
-
-    def wait(self):
-        return self.value  # blocks until ready; bytes, or None when the key is absent
-
-    wait._jobs_patched = True
-    impl.Value.wait = wait
-
-
-def _accept_project_key_selectors(impl) -> None:
-    """Make the bindings' range reads accept any object shaped like a key selector."""
-    original = impl.TransactionRead._to_selector
-    if getattr(original, "_jobs_patched", False):
-        return
-
-    def _to_selector(self, key_or_selector):
-        if not isinstance(key_or_selector, impl.KeySelector) and hasattr(key_or_selector, "or_equal"):
-            s = key_or_selector
-            key_or_selector = impl.KeySelector(s.key, s.or_equal, s.offset)
-        return original(self, key_or_selector)
-
-    _to_selector._jobs_patched = True
-    impl.TransactionRead._to_selector = _to_selector
 
 
 def resolve_cluster_file(cluster_file: str | os.PathLike | None) -> str:

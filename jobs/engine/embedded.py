@@ -35,12 +35,15 @@ import sqlite3
 import tempfile
 import threading
 import time
+import weakref
+
+from fdb.fdboptions import TransactionOption
 
 from . import errors as E
 from .doorbell import Doorbell
 from .errors import FDBError
 from .fdbapi import KeySelector, KeyValue
-from .futures import Future, Value
+from .futures import Future, RangeResult, Value
 
 FORMAT_NAME = "fdb-jobs-embedded"
 FORMAT_VERSION = 1
@@ -205,6 +208,40 @@ def _in_ranges(key: bytes, ranges) -> bool:
     return False
 
 
+_in_spans = _in_ranges
+
+
+def _overlaps_spans(begin: bytes, end: bytes, spans) -> bool:
+    return any(b < end and begin < e for b, e in spans)
+
+
+def _subtract(ranges, cuts):
+    """``ranges`` (sorted, disjoint) less the sorted, disjoint ``cuts``."""
+    out = []
+    for b, e in ranges:
+        for cb, ce in cuts:
+            if ce <= b or cb >= e:
+                continue
+            if cb > b:
+                out.append((b, cb))
+            b = max(b, ce)
+            if b >= e:
+                break
+        if b < e:
+            out.append((b, e))
+    return out
+
+
+def _stamped_key_span(param: bytes, read_version: int) -> tuple[bytes, bytes]:
+    """Where a ``set_versionstamped_key`` key may land: from the key stamped with the read
+    version to the key stamped with 0xFF bytes (FoundationDB's ``getVersionstampKeyRange``;
+    reads there raise 1036 until commit)."""
+    body, pos = param[:-4], int.from_bytes(param[-4:], "little")
+    low = body[:pos] + read_version.to_bytes(8, "big") + b"\x00\x00" + body[pos + 10:]
+    high = body[:pos] + b"\xff" * 10 + body[pos + 10:] + b"\x00"
+    return low, high
+
+
 def _apply_stamp(param: bytes, stamp: bytes) -> bytes:
     body, pos = param[:-4], int.from_bytes(param[-4:], "little")
     return body[:pos] + stamp + body[pos + 10 :]
@@ -233,13 +270,22 @@ class Transaction:
         self.db = db
         self.options = _TransactionOptions(self)
         self.snapshot = _Snapshot(self)
+        self._ref = weakref.ref(self)  # what this transaction's read results hold (see futures._Bound)
         self._backoff = INITIAL_BACKOFF
         self._retries = 0
-        self._retry_limit: int | None = None
-        self._timeout: float | None = None
         self._created = time.monotonic()
         self._conn = None
+        self._reset_options()
         self._reset_state()
+
+    def _reset_options(self) -> None:
+        """Options as a new transaction has them (``reset()`` clears them, as FDB's does;
+        ``on_error`` keeps them)."""
+        self._retry_limit: int | None = None
+        self._timeout: float | None = None
+        self._size_limit = TRANSACTION_SIZE_LIMIT
+        self._ryw = True  # reads see this transaction's writes (read_your_writes_disable)
+        self._snapshot_ryw = True  # ... snapshot reads too (snapshot_ryw_disable)
 
     # --- state -------------------------------------------------------------------------
 
@@ -255,10 +301,15 @@ class Transaction:
         self._extra_writes: list[tuple[bytes, bytes]] = []  # explicit write conflict ranges
         self._size = 0
         self._stamp_future: Future | None = None
-        self._watches: list[tuple[bytes, Future]] = []
+        # watches of this attempt: [key, baseline (value seen when it was set), future]
+        self._watches: list[list] = []
+        self._unreadable: list[tuple[bytes, bytes]] = []  # spans of versionstamped keys (1036)
+        self._no_conflict: set[int] = set()  # log entries with no write conflict range
+        self._next_no_conflict = False
         self._committed_version = -1
         self._cancelled = False
         self._committed = False
+        self._failed = False  # the last commit failed: unusable until on_error() or reset()
 
     def _release_conn(self) -> None:
         conn, self._conn = self._conn, None
@@ -275,6 +326,8 @@ class Transaction:
     def _check_usable(self) -> None:
         if self._cancelled:
             raise FDBError(E.TRANSACTION_CANCELLED)
+        if self._failed:
+            raise FDBError(E.USED_DURING_COMMIT, "the last commit failed: call on_error() or reset() first")
         if self._committed:
             raise FDBError(E.USED_DURING_COMMIT, "transaction already committed; reset() it")
         if self._timeout is not None and time.monotonic() - self._created > self._timeout:
@@ -304,19 +357,25 @@ class Transaction:
         self._read_conn()
         return Future.ready(self._rv)
 
+    def _sees_own_writes(self, snapshot: bool) -> bool:
+        return self._ryw and (self._snapshot_ryw or not snapshot)
+
     def _get(self, key, snapshot: bool) -> Value:
         key = _key(key)
         if key[:1] == b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
-        entry = self._writes.get(key)
+        if self._unreadable and _in_spans(key, self._unreadable):
+            self._check_usable()
+            raise FDBError(E.ACCESSED_UNREADABLE, "key may be one written with a versionstamp in this transaction")
+        entry = self._writes.get(key) if self._sees_own_writes(snapshot) else None
         if entry is not None and entry[0] != _ATOMIC:
             self._check_usable()
             if entry[0] == _UNREADABLE:
-                raise FDBError(1036, "key was written with a versionstamp in this transaction")
-            return Value(entry[1] if entry[0] == _SET else None)
-        if entry is None and self._cleared and _in_ranges(key, self._cleared):
+                raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
+            return Value(entry[1] if entry[0] == _SET else None, self._ref)
+        if entry is None and self._cleared and self._sees_own_writes(snapshot) and _in_ranges(key, self._cleared):
             self._check_usable()
-            return Value(None)
+            return Value(None, self._ref)
         row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
         if not snapshot:
             self._reads.append((key, key + b"\x00"))
@@ -324,7 +383,7 @@ class Transaction:
         if entry is not None:  # atomic ops on an unknown base: resolve against the store
             for op, param in entry[1]:
                 value = ATOMIC_OPS[op](value, param)
-        return Value(value)
+        return Value(value, self._ref)
 
     def get(self, key) -> Value:
         return self._get(key, False)
@@ -334,13 +393,20 @@ class Transaction:
             return self.get_range(key.start or b"", key.stop or b"\xff")
         return self.get(key)
 
-    def _scan(self, begin: bytes, end: bytes, reverse: bool):
-        """Rows of this transaction's view of ``[begin, end)`` in order, lazily."""
+    def _scan(self, begin: bytes, end: bytes, reverse: bool, ryw: bool = True):
+        """Rows of this transaction's view of ``[begin, end)`` in order, lazily (without
+        its own writes when ``ryw`` is false)."""
         conn = self._read_conn()
         order = "DESC" if reverse else "ASC"
         cursor = conn.execute(
             f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {order}", (begin, end)
         )
+        if not ryw:
+            try:
+                yield from cursor
+            finally:
+                cursor.close()
+            return
         own = sorted((k for k in self._writes if begin <= k < end), reverse=reverse)
         writes, cleared = self._writes, self._cleared
         i = 0
@@ -403,12 +469,12 @@ class Transaction:
         return found
 
     def _get_key(self, selector, snapshot: bool) -> Value:
-        return Value(self._resolve(selector, snapshot))
+        return Value(self._resolve(selector, snapshot), self._ref)
 
     def get_key(self, selector) -> Value:
         return self._get_key(selector, False)
 
-    def _get_range(self, begin, end, limit, reverse, snapshot) -> list[KeyValue]:
+    def _get_range(self, begin, end, limit, reverse, snapshot) -> RangeResult:
         begin = self._resolve(begin, snapshot)
         end = self._resolve(end, snapshot)
         if end > b"\xff":
@@ -419,28 +485,41 @@ class Transaction:
         rows: list[KeyValue] = []
         if begin >= end:
             self._check_usable()
-            return rows
-        for k, v in self._scan(begin, end, reverse):
+            return RangeResult(rows, self)
+        if self._unreadable and _overlaps_spans(begin, end, self._unreadable):
+            raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
+        ryw = self._sees_own_writes(snapshot)
+        for k, v in self._scan(begin, end, reverse, ryw):
             rows.append(KeyValue(k, v))
             if len(rows) == limit:
                 break
         if not snapshot:
             full = limit == 0 or len(rows) < limit
             if full:
-                self._reads.append((begin, end))
+                span = (begin, end)
             elif reverse:
-                self._reads.append((rows[-1].key, end))
+                span = (rows[-1].key, end)
             else:
-                self._reads.append((begin, rows[-1].key + b"\x00"))
-        return rows
+                span = (begin, rows[-1].key + b"\x00")
+            self._reads.extend(self._not_own(*span) if ryw and (self._writes or self._cleared) else (span,))
+        return RangeResult(rows, self)
 
-    def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> list[KeyValue]:
-        """Rows of ``[begin, end)`` (keys or key selectors), at most ``limit`` (0: all).
+    def _not_own(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """The parts of ``[begin, end)`` whose contents this transaction does not know from
+        its own writes (cleared ranges, keys set or cleared): a range read conflicts on
+        those only, as FoundationDB's does."""
+        known = [(k, k + b"\x00") for k, (tag, _p) in self._writes.items() if begin <= k < end and tag <= _CLEAR]
+        return _subtract([(begin, end)], _merge_ranges(self._cleared + known))
 
-        Only the part really scanned becomes a read conflict range."""
+    def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> RangeResult:
+        """Rows of ``[begin, end)`` (keys or key selectors), at most ``limit`` (0: all), as
+        an iterable (no ``len``: the bindings' ``FDBRange`` is lazy).
+
+        Only the part really scanned becomes a read conflict range, less what this
+        transaction's own writes already determine."""
         return self._get_range(begin, end, limit, reverse, False)
 
-    def get_range_startswith(self, prefix, *args, **kwargs) -> list[KeyValue]:
+    def get_range_startswith(self, prefix, *args, **kwargs) -> RangeResult:
         prefix = _key(prefix)
         return self.get_range(prefix, _strinc_or_end(prefix), *args, **kwargs)
 
@@ -449,14 +528,31 @@ class Transaction:
     def _account(self, *parts: bytes) -> None:
         self._size += sum(len(p) for p in parts) + 16
 
+    def _log_write(self, entry: tuple) -> None:
+        if self._next_no_conflict:  # (next_write_no_write_conflict_range)
+            self._next_no_conflict = False
+            self._no_conflict.add(len(self._log))
+        self._log.append(entry)
+
+    def _own_write_seen(self, begin: bytes, end: bytes | None, value) -> None:
+        """Fire this transaction's watches on keys it changes (FoundationDB fires them
+        before commit).  ``end`` None: the one key ``begin``; ``value`` _UNKNOWN: not
+        known until commit."""
+        for key, baseline, future in self._watches:
+            inside = key == begin if end is None else begin <= key < end
+            if inside and (value is _UNKNOWN or baseline is _UNKNOWN or value != baseline):
+                future.set_result(None)
+
     def set(self, key, value) -> None:
         self._check_usable()
         key, value = _key(key), _value(value)
         _check_write_key(key)
         _check_value(value)
         self._writes[key] = (_SET, value)
-        self._log.append(("set", key, value))
+        self._log_write(("set", key, value))
         self._account(key, value)
+        if self._watches:
+            self._own_write_seen(key, None, value)
 
     __setitem__ = set
 
@@ -465,8 +561,10 @@ class Transaction:
         key = _key(key)
         _check_write_key(key)
         self._writes[key] = (_CLEAR, None)
-        self._log.append(("clear", key))
+        self._log_write(("clear", key))
         self._account(key)
+        if self._watches:
+            self._own_write_seen(key, None, None)
 
     def clear_range(self, begin, end) -> None:
         self._check_usable()
@@ -480,8 +578,10 @@ class Transaction:
         for k in [k for k in self._writes if begin <= k < end]:
             del self._writes[k]
         self._cleared = _merge_ranges(self._cleared + [(begin, end)])
-        self._log.append(("clear_range", begin, end))
+        self._log_write(("clear_range", begin, end))
         self._account(begin, end)
+        if self._watches:
+            self._own_write_seen(begin, end, None)
 
     def clear_range_startswith(self, prefix) -> None:
         prefix = _key(prefix)
@@ -511,8 +611,10 @@ class Transaction:
         else:  # the base is known to this transaction: resolve now
             value = fn(entry[1], param)
             self._writes[key] = (_SET, value) if value is not None else (_CLEAR, None)
-        self._log.append(("atomic", op, key, param))
+        self._log_write(("atomic", op, key, param))
         self._account(key, param)
+        if self._watches:
+            self._own_write_seen(key, None, _UNKNOWN)
 
     def add(self, key, param) -> None:
         self._atomic("add", key, param)
@@ -552,7 +654,8 @@ class Transaction:
         _check_stamp_param(key)
         _check_write_key(key[:-4])
         _check_value(value)
-        self._log.append(("stamp_key", key, value))
+        self._unreadable.append(_stamped_key_span(key, self._rv or 0))
+        self._log_write(("stamp_key", key, value))
         self._account(key, value)
 
     def set_versionstamped_value(self, key, value) -> None:
@@ -564,8 +667,10 @@ class Transaction:
         _check_stamp_param(value)
         _check_value(value[:-4])
         self._writes[key] = (_UNREADABLE, None)
-        self._log.append(("stamp_value", key, value))
+        self._log_write(("stamp_value", key, value))
         self._account(key, value)
+        if self._watches:
+            self._own_write_seen(key, None, _UNKNOWN)
 
     def get_versionstamp(self) -> Future:
         """Future of the 10-byte versionstamp of this transaction's commit."""
@@ -601,47 +706,48 @@ class Transaction:
 
     def watch(self, key) -> Future:
         """Future that becomes ready when ``key``'s value changes from what this transaction
-        sees, after it commits.  Like FDB's, it may fire late; re-read after it does."""
+        sees now.  As FoundationDB's: a watch is a read (a read conflict on ``key``); this
+        transaction's own later writes to ``key`` fire it at once; other transactions'
+        changes fire it only once this one has committed.  It may fire late; re-read after
+        it does."""
+        self._check_usable()
         key = _key(key)
         if key[:1] == b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
+        if not self._ryw:
+            raise FDBError(E.WATCHES_DISABLED)
+        entry = self._writes.get(key)
+        if entry is not None:  # (tags: set, clear; atomic and versionstamped: not known yet)
+            baseline = entry[1] if entry[0] <= _CLEAR else _UNKNOWN
+        elif self._cleared and _in_ranges(key, self._cleared):
+            baseline = None
+        else:
+            row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+            baseline = row[0] if row else None
+        self._read_conn()
+        self._reads.append((key, key + b"\x00"))
         future = Future()
-        self._watches.append((key, future))
+        self._watches.append([key, baseline, future])
         return future
-
-    def _watch_baselines(self) -> list[tuple[bytes, bytes | None, Future]]:
-        out = []
-        for key, future in self._watches:
-            entry = self._writes.get(key)
-            if entry is None and not _in_ranges(key, self._cleared):
-                row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-                out.append((key, row[0] if row else None, future))
-            elif entry is not None and entry[0] in (_SET, _CLEAR):
-                out.append((key, entry[1], future))
-            elif entry is None:  # cleared by this transaction
-                out.append((key, None, future))
-            else:  # atomic or versionstamped: value known only after commit
-                out.append((key, _UNKNOWN, future))
-        return out
 
     # --- commit ------------------------------------------------------------------------
 
     def commit(self) -> Future:
-        """Commit; raises FDBError 1020 on a conflict (nothing written), 1007 when too old."""
+        """Commit; raises FDBError 1020 on a conflict (nothing written), 1007 when too old.
+        After a failed commit the transaction refuses use (2017) until ``on_error`` or
+        ``reset``; its versionstamp future fails with 2020 and its watches with the error."""
         self._check_usable()
-        baselines = []
         try:
-            if self._watches:
-                baselines = self._watch_baselines()
             if not self._log and not self._extra_writes:
                 self._committed_version = -1  # read-only: nothing to check, as in FDB
             else:
                 self._commit_writes()
         except BaseException as exc:
             error = exc if isinstance(exc, FDBError) else FDBError(E.TRANSACTION_CANCELLED)
+            self._failed = True
             if self._stamp_future is not None:
-                self._stamp_future.set_error(error)
-            for _key, future in self._watches:
+                self._stamp_future.set_error(FDBError(E.TRANSACTION_INVALID_VERSION))
+            for _key, _baseline, future in self._watches:
                 future.set_error(error)
             self._watches = []
             raise
@@ -649,16 +755,17 @@ class Transaction:
             self._release_conn()
         self._committed = True
         if self._stamp_future is not None and self._committed_version < 0:
-            self._stamp_future.set_error(FDBError(2021, "read-only transaction has no versionstamp"))
-        for key, value, future in baselines:
-            self.db._watches.add(key, value, future)
+            self._stamp_future.set_error(FDBError(E.NO_COMMIT_VERSION))
+        for key, baseline, future in self._watches:
+            if not future.is_ready():  # (fired by this transaction's own writes)
+                self.db._watches.add(key, baseline, future)
         self._watches = []
         return Future.ready(None)
 
     def _commit_writes(self) -> None:
         if self._rv is not None and time.monotonic() - self._rv_time > TRANSACTION_LIFETIME:
             raise FDBError(E.TRANSACTION_TOO_OLD)
-        if self._size + sum(len(b) + len(e) for b, e in self._reads) > TRANSACTION_SIZE_LIMIT:
+        if self._size + sum(len(b) + len(e) for b, e in self._reads) > self._size_limit:
             raise FDBError(E.TRANSACTION_TOO_LARGE)
         reads = self._reads
         if self._conn is not None:  # end the read snapshot; conflicts are checked below
@@ -703,12 +810,14 @@ class Transaction:
                 raise FDBError(E.NOT_COMMITTED)
 
     def _apply(self, conn, stamp: bytes) -> list[tuple[bytes, bytes]]:
-        """Replay the mutation log inside the commit; returns the write conflict ranges.
-        Runs of plain writes go to SQLite in one ``executemany`` each (in log order, so
-        the last write of a key wins)."""
+        """Replay the mutation log inside the commit; returns the write conflict ranges
+        (less those of writes made under next_write_no_write_conflict_range).  Runs of
+        plain writes go to SQLite in one ``executemany`` each (in log order, so the last
+        write of a key wins)."""
         written: list[tuple[bytes, bytes]] = []
         puts: list[tuple[bytes, bytes]] = []
         deletes: list[tuple[bytes]] = []
+        skip = self._no_conflict
 
         def flush() -> None:
             if puts:
@@ -718,7 +827,7 @@ class Transaction:
                 conn.executemany(_DELETE, deletes)
                 deletes.clear()
 
-        for m in self._log:
+        for i, m in enumerate(self._log):
             kind = m[0]
             if kind == "set" or kind == "stamp_key" or kind == "stamp_value":
                 if deletes:
@@ -730,17 +839,17 @@ class Transaction:
                 else:
                     key, value = m[1], _apply_stamp(m[2], stamp)
                 puts.append((key, value))
-                written.append((key, key + b"\x00"))
+                span = (key, key + b"\x00")
             elif kind == "clear":
                 if puts:
                     flush()
                 deletes.append((m[1],))
-                written.append((m[1], m[1] + b"\x00"))
+                span = (m[1], m[1] + b"\x00")
             else:
                 flush()
                 if kind == "clear_range":
                     conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
-                    written.append((m[1], m[2]))
+                    span = (m[1], m[2])
                 else:  # atomic
                     _op, op, key, param = m
                     row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
@@ -749,7 +858,9 @@ class Transaction:
                         conn.execute(_DELETE, (key,))
                     else:
                         conn.execute(_PUT, (key, value))
-                    written.append((key, key + b"\x00"))
+                    span = (key, key + b"\x00")
+            if not skip or i not in skip:
+                written.append(span)
         flush()
         return written
 
@@ -762,8 +873,9 @@ class Transaction:
     # --- retry loop support ------------------------------------------------------------
 
     def on_error(self, error) -> Future:
-        """For a retryable error (1007, 1009, 1020, 1021): back off, reset, return a ready
-        future.  Anything else (or past the retry limit) is raised again."""
+        """For a retryable error (FoundationDB's predicate: ``errors.RETRYABLE``): back off,
+        reset (options are kept), return a ready future.  Anything else (or past the retry
+        limit) is raised again."""
         code = error if isinstance(error, int) else E.error_code(error)
         if code not in E.RETRYABLE:
             if isinstance(error, BaseException):
@@ -781,9 +893,11 @@ class Transaction:
         return Future.ready(None)
 
     def reset(self) -> None:
-        """Forget everything; the next operation starts a new transaction."""
+        """Forget everything, options included (as FoundationDB's ``reset``); the next
+        operation starts a new transaction."""
         self._cancel_watches()
         self._reset_state()
+        self._reset_options()
         self._backoff = INITIAL_BACKOFF
         self._retries = 0
         self._created = time.monotonic()
@@ -799,7 +913,7 @@ class Transaction:
         self._release_conn()
 
     def _cancel_watches(self) -> None:
-        for _key, future in self._watches:
+        for _key, _baseline, future in self._watches:
             future.set_error(FDBError(E.TRANSACTION_CANCELLED))
         self._watches = []
 
@@ -818,7 +932,7 @@ class _Snapshot:
     """``tr.snapshot``: the same reads, adding no read conflict ranges."""
 
     def __init__(self, tr: Transaction):
-        self._tr = tr
+        self._tr = weakref.proxy(tr)  # no cycle: a dropped transaction is destroyed at once
         self.snapshot = self
 
     def get(self, key) -> Value:
@@ -844,10 +958,27 @@ class _Snapshot:
 
 
 class _TransactionOptions:
-    """The transaction options the project uses (``tr.options.set_*``)."""
+    """``tr.options``: the bindings' transaction options (``fdb.fdboptions``), each with
+    its meaning on this engine.  A name the bindings do not have is an AttributeError, as
+    there; an option this engine cannot honour is refused (2000), never ignored."""
+
+    # Options that change nothing here: scheduling, tracing, throttling and durability
+    # tuning of a cluster (this engine has one process and FDB's strictest semantics).
+    NO_EFFECT = frozenset({
+        "authorization_token", "auto_throttle_tag", "automatic_idempotency", "bypass_storage_quota",
+        "causal_read_disable", "causal_read_risky", "causal_write_risky", "debug_retry_logging",
+        "debug_transaction_identifier", "durability_datacenter", "durability_dev_null_is_web_scale",
+        "durability_risky", "expensive_clear_cost_estimation_enable", "include_port_in_address",
+        "lock_aware", "log_transaction", "priority_batch", "priority_system_immediate",
+        "read_ahead_disable", "read_lock_aware", "read_priority_high", "read_priority_low",
+        "read_priority_normal", "read_server_side_cache_disable", "read_server_side_cache_enable",
+        "report_conflicting_keys", "server_request_tracing", "span_parent", "tag",
+        "transaction_logging_enable", "transaction_logging_max_field_length", "use_grv_cache",
+        "use_provisional_proxies", "used_during_commit_protection_disable",
+    })
 
     def __init__(self, tr: Transaction):
-        self._tr = tr
+        self._tr = weakref.proxy(tr)  # no cycle: a dropped transaction is destroyed at once
 
     def set_timeout(self, milliseconds: int) -> None:
         if milliseconds < 0:
@@ -860,10 +991,33 @@ class _TransactionOptions:
     def set_max_retry_delay(self, milliseconds: int) -> None:
         pass  # backoff is already capped at MAX_BACKOFF
 
+    def set_size_limit(self, size: int) -> None:
+        if not 32 <= size <= TRANSACTION_SIZE_LIMIT:
+            raise FDBError(E.INVALID_OPTION_VALUE, f"size_limit must be 32 to {TRANSACTION_SIZE_LIMIT}")
+        self._tr._size_limit = size
+
+    def set_read_your_writes_disable(self) -> None:
+        tr = self._tr
+        if tr._rv is not None or tr._log:  # FoundationDB: only before any read or write
+            raise FDBError(E.CLIENT_INVALID_OPERATION, "read_your_writes_disable must be set before reads and writes")
+        tr._ryw = False
+
+    def set_snapshot_ryw_disable(self) -> None:
+        self._tr._snapshot_ryw = False
+
+    def set_snapshot_ryw_enable(self) -> None:
+        self._tr._snapshot_ryw = True
+
+    def set_next_write_no_write_conflict_range(self) -> None:
+        self._tr._next_no_conflict = True
+
     def __getattr__(self, name):
-        if name.startswith("set_"):
-            return lambda *args: None  # options with no effect on this engine
-        raise AttributeError(name)
+        option = name[4:] if name.startswith("set_") else None
+        if option not in TransactionOption:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        if option in self.NO_EFFECT:
+            return lambda *args: None
+        raise FDBError(E.CLIENT_INVALID_OPERATION, f"transaction option {option!r} is not supported by the embedded engine")
 
 
 class _Watches:
@@ -1176,6 +1330,7 @@ class EmbeddedDatabase:
     def _init_store(self) -> None:
         conn = self._connect()
         try:
+            self._refuse_foreign(conn)  # before the lock file, the WAL mode or a table is made
             with self._write_lock():
                 try:
                     conn.execute("PRAGMA journal_mode = WAL")
@@ -1210,6 +1365,22 @@ class EmbeddedDatabase:
                 f"{meta['format_version']} > {FORMAT_VERSION}); upgrade this package"
             )
 
+    def _refuse_foreign(self, conn) -> None:
+        """StoreFileError when the file is another application's SQLite database: it has
+        tables a store has not, or a ``meta`` table naming another format.  (An empty file,
+        or one with only a store's tables, is a new or half-created store.)"""
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if not name.startswith("sqlite_")}  # (SQLite's own: statistics, sequences)
+        foreign = sorted(tables - {"kv", "meta", "state", "commits"})
+        if not foreign and "meta" in tables:
+            fmt = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            foreign = [] if fmt is None or fmt[0] == FORMAT_NAME else [f"meta (format {fmt[0]!r:.40})"]
+        if foreign:
+            raise StoreFileError(
+                f"{self.path!r} is an SQLite database but not a job store (it has tables "
+                f"{', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); it was left as it was"
+            )
+
     def _prune(self, conn, now: float, pruned: int) -> int:
         """Drop commit history older than HISTORY_SECONDS; returns the new pruned version.
         Only the oldest PRUNE_SCAN entries are looked at (this runs under the write lock:
@@ -1236,7 +1407,7 @@ class EmbeddedDatabase:
         return run(self, fn)
 
     def get(self, key) -> bytes | None:
-        return self._run(lambda tr: tr.get(key).wait())
+        return self._run(lambda tr: tr.get(key).value)  # (the bindings' Database.get: bytes or None)
 
     def __getitem__(self, key):
         if isinstance(key, slice):
@@ -1258,10 +1429,10 @@ class EmbeddedDatabase:
             self.clear(key)
 
     def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> list[KeyValue]:
-        return self._run(lambda tr: tr.get_range(begin, end, limit, reverse))
+        return self._run(lambda tr: list(tr.get_range(begin, end, limit, reverse)))
 
     def get_range_startswith(self, prefix, *args, **kwargs) -> list[KeyValue]:
-        return self._run(lambda tr: tr.get_range_startswith(prefix, *args, **kwargs))
+        return self._run(lambda tr: list(tr.get_range_startswith(prefix, *args, **kwargs)))
 
     def clear_range(self, begin, end) -> None:
         self._run(lambda tr: tr.clear_range(begin, end))

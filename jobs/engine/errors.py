@@ -15,8 +15,21 @@ COMMIT_UNKNOWN_RESULT = 1021
 TRANSACTION_CANCELLED = 1025
 TRANSACTION_TIMED_OUT = 1031
 TOO_MANY_WATCHES = 1032
+WATCHES_DISABLED = 1034
+ACCESSED_UNREADABLE = 1036
+PROCESS_BEHIND = 1037
+DATABASE_LOCKED = 1038
+CLUSTER_VERSION_CHANGED = 1039
+COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED = 1042
+BATCH_TRANSACTION_THROTTLED = 1051
+GRV_PROXY_MEMORY_LIMIT_EXCEEDED = 1078
+TAG_THROTTLED = 1213
+PROXY_TAG_THROTTLED = 1223
+TRANSACTION_THROTTLED_HOT_SHARD = 1235
 OPERATION_CANCELLED = 1101
 USED_DURING_COMMIT = 2017
+TRANSACTION_INVALID_VERSION = 2020
+NO_COMMIT_VERSION = 2021
 KEY_OUTSIDE_LEGAL_RANGE = 2004
 INVERTED_RANGE = 2005
 INVALID_OPTION_VALUE = 2006
@@ -33,8 +46,21 @@ DESCRIPTIONS = {
     TRANSACTION_CANCELLED: "Operation aborted because the transaction was cancelled",
     TRANSACTION_TIMED_OUT: "Operation aborted because the transaction timed out",
     TOO_MANY_WATCHES: "Too many watches currently set",
+    WATCHES_DISABLED: "Watches cannot be set if read your writes is disabled",
+    ACCESSED_UNREADABLE: "Read or wrote an unreadable key",
+    PROCESS_BEHIND: "Storage process does not have recent mutations",
+    DATABASE_LOCKED: "Database is locked",
+    CLUSTER_VERSION_CHANGED: "The protocol version of the cluster has changed",
+    COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED: "CommitProxy commit memory limit exceeded",
+    BATCH_TRANSACTION_THROTTLED: "Batch GRV request rate limit exceeded",
+    GRV_PROXY_MEMORY_LIMIT_EXCEEDED: "GetReadVersion proxy memory limit exceeded",
+    TAG_THROTTLED: "Transaction tag is being throttled",
+    PROXY_TAG_THROTTLED: "Exceeded maximum proxy tag throttling duration",
+    TRANSACTION_THROTTLED_HOT_SHARD: "Transaction throttled due to hot shard",
     OPERATION_CANCELLED: "Asynchronous operation cancelled",
     USED_DURING_COMMIT: "Operation issued while a commit was outstanding",
+    TRANSACTION_INVALID_VERSION: "Transaction does not have a valid commit version",
+    NO_COMMIT_VERSION: "Transaction is read-only and therefore does not have a commit version",
     KEY_OUTSIDE_LEGAL_RANGE: "Key outside legal range",
     INVERTED_RANGE: "Range begin key larger than end key",
     INVALID_OPTION_VALUE: "Option set with an invalid value",
@@ -44,10 +70,19 @@ DESCRIPTIONS = {
     VALUE_TOO_LARGE: "Value length exceeds limit",
 }
 
-# What ``Transaction.on_error`` retries (FoundationDB's ``retryable`` predicate for the
-# codes this project meets).  1021 is here because FDB retries it too: every write path
-# above must therefore be idempotent.
-RETRYABLE = frozenset({TRANSACTION_TOO_OLD, FUTURE_VERSION, NOT_COMMITTED, COMMIT_UNKNOWN_RESULT})
+# FoundationDB's own error predicates (``fdb_error_predicate`` in bindings/c/fdb_c.cpp,
+# release 7.3), which ``on_error`` follows: "maybe committed" and "retryable, not
+# committed"; ``retryable`` is either.  Throttling and proxy-memory errors are transient
+# on a busy cluster, so they are retried like conflicts.  A maybe-committed error is
+# retried too: every write path above must therefore be idempotent.
+MAYBE_COMMITTED = frozenset({COMMIT_UNKNOWN_RESULT, CLUSTER_VERSION_CHANGED})
+RETRYABLE_NOT_COMMITTED = frozenset({
+    NOT_COMMITTED, TRANSACTION_TOO_OLD, FUTURE_VERSION, DATABASE_LOCKED,
+    GRV_PROXY_MEMORY_LIMIT_EXCEEDED, COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED,
+    TRANSACTION_THROTTLED_HOT_SHARD, BATCH_TRANSACTION_THROTTLED, PROCESS_BEHIND,
+    TAG_THROTTLED, PROXY_TAG_THROTTLED,
+})
+RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
 
 
 class FDBError(Exception):

@@ -31,7 +31,7 @@ import threading
 
 from . import errors as E
 from .errors import FDBError
-from .futures import Future
+from .futures import Future, value_of
 
 FAULTS = {  # name -> code
     "conflict": E.NOT_COMMITTED,
@@ -165,8 +165,7 @@ class FaultInjectingDatabase:
 
 def _plain(value):
     """``bytes | None`` from a Value future of either engine."""
-    value = value.wait()
-    return None if value is None or value == None else bytes(value)  # noqa: E711 - fdb Value
+    return value_of(value)
 
 
 class FaultInjectingTransaction:
@@ -188,13 +187,13 @@ class FaultInjectingTransaction:
         return getattr(self._tr, name)
 
     def get_versionstamp(self):
-        return self._relay(self._tr.get_versionstamp())
+        return self._relay(self._tr.get_versionstamp(), stamp=True)
 
     def watch(self, key):
         return self._relay(self._tr.watch(key))
 
-    def _relay(self, inner) -> "_Relay":
-        relay = _Relay(inner)
+    def _relay(self, inner, stamp: bool = False) -> "_Relay":
+        relay = _Relay(inner, stamp)
         self._pending.append(relay)
         return relay
 
@@ -204,8 +203,8 @@ class FaultInjectingTransaction:
         if fault is None:
             return self._tr.commit()
         error = FDBError(FAULTS[fault], f"injected ({fault})")
-        # As FDB does, the versionstamp and watches of a failed commit fail with its error,
-        # also when the commit did happen behind the error (1021).
+        # As FDB does, the watches of a failed commit fail with its error and its
+        # versionstamp with 2020, also when the commit did happen behind the error (1021).
         pending, self._pending = self._pending, []
         for relay in pending:
             relay.detach()
@@ -218,7 +217,7 @@ class FaultInjectingTransaction:
                     relay.reattach()
                 raise
         for relay in pending:
-            relay.fail(error)
+            relay.fail(FDBError(E.TRANSACTION_INVALID_VERSION) if relay.stamp else error)
         self._injected = error
         failed = Future()
         failed.set_error(error)
@@ -258,12 +257,13 @@ class _Relay(Future):
     """A future that repeats the wrapped transaction's future (versionstamp or watch) until
     an injected fault detaches it and fails it with the injected error instead."""
 
-    __slots__ = ("_inner", "_detached")
+    __slots__ = ("_inner", "_detached", "stamp")
 
-    def __init__(self, inner):
+    def __init__(self, inner, stamp: bool = False):
         super().__init__()
         self._inner = inner
         self._detached = False
+        self.stamp = stamp  # a versionstamp future (else a watch)
         inner.on_ready(self._copy)
 
     def _copy(self, inner) -> None:

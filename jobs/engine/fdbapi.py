@@ -1,52 +1,61 @@
-"""The pure-Python parts of the official ``foundationdb`` bindings, usable without libfdb_c.
+"""The pure-Python parts of the official ``foundationdb`` bindings, and what the project
+needs beside them to work without libfdb_c.
 
-``fdb.tuple`` and ``fdb.subspace_impl`` work without the C library except for one
-reference: packing a :class:`Versionstamp` checks ``isinstance(x, fdb.impl.Value)``, and
-``fdb.impl`` loads libfdb_c on import.  Until the real cluster engine loads the real
-``fdb.impl``, a stand-in module with that one name is installed; the cluster engine removes
-it before loading the bindings (see ``cluster.py``).
+``fdb.tuple`` and ``fdb.subspace_impl`` work without the C library, with one exception:
+packing a :class:`Versionstamp` reads ``fdb.impl``, which loads libfdb_c on import.  The
+bindings are used as they are (nothing in ``fdb`` is replaced or patched, so an
+application's own ``fdb.api_version()``/``fdb.open()`` work in any import order); the
+project packs versionstamps itself, to the same bytes (:func:`pack_versionstamp`,
+:func:`pack_with_versionstamp`).  :class:`KeySelector` serves the embedded engine, which
+also takes the bindings' own selectors; on a cluster, pass ``fdb.KeySelector`` to
+``get_range`` (the bindings take any other object for a key).
 """
 
 from __future__ import annotations
 
-import sys
-import types
+import struct
 
-import fdb
+import fdb.tuple as tuple
+from fdb.subspace_impl import Subspace
+from fdb.tuple import Versionstamp
 
-_STANDIN_FLAG = "_jobs_standin"
+__all__ = [
+    "tuple", "Subspace", "Versionstamp", "KeySelector", "KeyValue", "strinc",
+    "pack_versionstamp", "pack_with_versionstamp",
+]
 
-
-def install_impl_standin() -> None:
-    if "fdb.impl" in sys.modules:
-        return
-    standin = types.ModuleType("fdb.impl")
-    standin.__doc__ = "Stand-in for fdb.impl while libfdb_c is not loaded (jobs embedded engine)."
-
-    class Value:  # never instantiated: only isinstance() checks in fdb.tuple reach it
-        pass
-
-    standin.Value = Value
-    setattr(standin, _STANDIN_FLAG, True)
-    sys.modules["fdb.impl"] = standin
-    fdb.impl = standin
+_STAMP_CODE = b"\x33"  # the tuple layer's type code of a versionstamp
+_INCOMPLETE = b"\xff" * 10  # the tuple layer's placeholder for a stamp filled in at commit
+_OFFSET = struct.Struct("<L")  # where the stamp starts, after the key (API version >= 520)
 
 
-def remove_impl_standin() -> None:
-    """Forget the stand-in so that ``import fdb.impl`` loads the real bindings."""
-    mod = sys.modules.get("fdb.impl")
-    if mod is not None and getattr(mod, _STANDIN_FLAG, False):
-        del sys.modules["fdb.impl"]
-        del fdb.impl
+def pack_versionstamp(stamp: Versionstamp) -> bytes:
+    """``stamp`` as one packed tuple element (code 0x33, 10 + 2 bytes), the bytes
+    ``fdb.tuple.pack((stamp,))`` gives, without libfdb_c.  An incomplete stamp gets the
+    tuple layer's 0xFF placeholder."""
+    tr_version = _INCOMPLETE if stamp.tr_version is None else bytes(stamp.tr_version)
+    return _STAMP_CODE + tr_version + stamp.user_version.to_bytes(2, "big")
 
 
-install_impl_standin()
-
-import fdb.tuple as tuple  # noqa: E402  (after the stand-in, on purpose)
-from fdb.subspace_impl import Subspace  # noqa: E402
-from fdb.tuple import Versionstamp  # noqa: E402
-
-__all__ = ["tuple", "Subspace", "Versionstamp", "KeySelector", "KeyValue", "strinc"]
+def pack_with_versionstamp(prefix, items: tuple) -> bytes:
+    """A key for ``set_versionstamped_key``: ``prefix`` (bytes or a :class:`Subspace`)
+    followed by the tuple ``items``, exactly one of which is an incomplete
+    :class:`Versionstamp` (at the top level), then the 4-byte offset of its 10 bytes:
+    what ``Subspace.pack_with_versionstamp`` gives, without libfdb_c."""
+    key = prefix.key() if isinstance(prefix, Subspace) else bytes(prefix)
+    offset = None
+    for item in items:
+        if isinstance(item, Versionstamp):
+            if not item.is_complete():
+                if offset is not None:
+                    raise ValueError("pack_with_versionstamp: more than one incomplete versionstamp")
+                offset = len(key) + 1
+            key += pack_versionstamp(item)
+        else:
+            key += tuple.pack((item,))  # (a nested Versionstamp needs fdb.impl: refused there)
+    if offset is None:
+        raise ValueError("pack_with_versionstamp: no incomplete versionstamp in the tuple")
+    return key + _OFFSET.pack(offset)
 
 
 class KeySelector:

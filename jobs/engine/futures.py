@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import OPERATION_CANCELLED, FDBError
+from .errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED, FDBError
 
 
 def wait_future(future, timeout: float | None) -> bool:
@@ -32,8 +32,6 @@ def value_of(future) -> bytes | None:
     The bindings' ``Value`` future is its own result (``wait()`` returns the future, which is
     never None) and tells absence by ``present()``; read values through this."""
     value = future.wait()
-    if value is None:
-        return None
     return bytes(value) if value.present() else None
 
 
@@ -99,41 +97,137 @@ class Future:
 
 
 class Value:
-    """Result of ``get``/``get_key``: a ready future of ``bytes | None``, comparable like
-    the bindings' ``fdb.impl.Value`` (``== b"..."``, ``== None``, ``present()``)."""
+    """Result of ``get``/``get_key``, shaped like the bindings' ``fdb.impl.Value``: a future
+    whose ``wait()`` returns the future itself; ``present()`` tells an absent key; ``value``
+    is the ``bytes`` or None; otherwise it behaves as the bytes (comparisons, ``len``,
+    ``decode``, slicing...), raising ``TypeError`` on an absent key as the bindings do.
+    Read a key's bytes with :func:`value_of`.
 
-    __slots__ = ("value",)
+    Tied to its transaction as the bindings' futures are: a transaction destroyed (dropped)
+    before the value was first looked at cancels it (1025), which is what FoundationDB does
+    to a read still in flight.  This engine's reads are ready at once, so the rule applies
+    to values not yet looked at: code that drops a transaction too early fails here as it
+    would on a cluster."""
 
-    def __init__(self, value: bytes | None):
-        self.value = value
+    __slots__ = ("_value", "_owner")
 
-    def wait(self) -> bytes | None:
-        return self.value
+    def __init__(self, value: bytes | None, owner=None):
+        self._value = value
+        self._owner = owner  # a weak reference to the transaction, or None
+
+    @property
+    def value(self) -> bytes | None:
+        owner = self._owner
+        if owner is not None:
+            if owner() is None:
+                raise FDBError(TRANSACTION_CANCELLED, "the transaction was destroyed before this read was used")
+            self._owner = None  # looked at while alive: the value is kept from now on
+        return self._value
+
+    def wait(self) -> "Value":
+        self.value  # noqa: B018 - raises 1025 if the transaction was destroyed
+        return self
 
     def is_ready(self) -> bool:
         return True
 
+    def block_until_ready(self) -> None:
+        pass
+
     def on_ready(self, callback) -> None:
         callback(self)
 
+    def cancel(self) -> None:
+        pass
+
     def present(self) -> bool:
         return self.value is not None
+
+    def as_foundationdb_key(self):
+        return self.value
+
+    as_foundationdb_value = as_foundationdb_key
+
+    def __bytes__(self) -> bytes:
+        return self.value
 
     def __eq__(self, other) -> bool:
         if isinstance(other, Value):
             other = other.value
         return self.value == other
 
-    def __hash__(self) -> int:
-        return hash(self.value)
+    def __ne__(self, other) -> bool:
+        return not self == other
 
-    def __bytes__(self) -> bytes:
-        if self.value is None:
-            raise ValueError("no value: the key is not present")
-        return self.value
+    def __lt__(self, other):
+        return bytes.__lt__(self.value, _plain(other))
+
+    def __le__(self, other):
+        return bytes.__le__(self.value, _plain(other))
+
+    def __gt__(self, other):
+        return bytes.__gt__(self.value, _plain(other))
+
+    def __ge__(self, other):
+        return bytes.__ge__(self.value, _plain(other))
+
+    def __hash__(self) -> int:
+        return bytes.__hash__(self.value)
 
     def __len__(self) -> int:
-        return len(bytes(self))
+        return bytes.__len__(self.value)
+
+    def __getitem__(self, index):
+        return bytes.__getitem__(self.value, index)
+
+    def __iter__(self):
+        return bytes.__iter__(self.value)
+
+    def __contains__(self, item) -> bool:
+        return bytes.__contains__(self.value, item)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __add__(self, other):
+        return self.value + _plain(other)
+
+    def __radd__(self, other):
+        return _plain(other) + self.value
+
+    def __getattr__(self, name):
+        method = getattr(bytes, name, None)  # decode, startswith, hex...: as the bindings
+        if name.startswith("_") or method is None:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: method(self.value, *args, **kwargs)
+
+    def __str__(self) -> str:
+        return str(self.value)
 
     def __repr__(self) -> str:
         return repr(self.value)
+
+
+def _plain(other):
+    return other.value if isinstance(other, Value) else other
+
+
+class RangeResult:
+    """Result of ``get_range``, shaped like the bindings' lazy ``FDBRange``: iterate it (or
+    ``to_list()``); it has no ``len()`` and no indexing, as on a cluster.  Like
+    ``FDBRange``, it keeps its transaction alive while it lives."""
+
+    __slots__ = ("_rows", "_tr")
+
+    def __init__(self, rows: list, tr=None):
+        self._rows = rows
+        self._tr = tr
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def to_list(self) -> list:
+        return list(self._rows)
+
+    def __repr__(self) -> str:
+        return f"<RangeResult of {len(self._rows)} rows>"

@@ -9,25 +9,57 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 
 from .errors import error_code
+
+# transaction -> the watches set by its current attempt through watch() (see there)
+_attempt_watches: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
 
 
 def is_database(obj) -> bool:
     return hasattr(obj, "create_transaction")
 
 
+def watch(tr, key: bytes):
+    """``tr.watch(key)``, cancelled by :func:`run` if this attempt does not commit.
+
+    FoundationDB does not reliably cancel the watches of an attempt that ``on_error``
+    resets (one was seen alive 10 s later), and a watch nobody waits on holds a slot of
+    the client's watch limit: code that sets watches in a retried transaction sets them
+    through this."""
+    future = tr.watch(key)
+    try:
+        _attempt_watches.setdefault(tr, []).append(future)
+    except TypeError:  # a transaction that cannot be weak-referenced: the caller's care
+        pass
+    return future
+
+
+def _drop_attempt_watches(tr, cancel: bool) -> None:
+    try:
+        futures = _attempt_watches.pop(tr, ())
+    except TypeError:
+        return
+    if cancel:
+        for future in futures:
+            future.cancel()
+
+
 def run(db, func, *args, **kwargs):
     """Run ``func(tr, *args, **kwargs)`` in a new transaction of ``db``; commit; retry the
-    errors ``on_error`` retries, exactly as ``fdb.transactional`` does."""
+    errors ``on_error`` retries, exactly as ``fdb.transactional`` does.  Watches set with
+    :func:`watch` by an attempt that fails are cancelled."""
     tr = db.create_transaction()
     try:
         while True:
             try:
                 ret = func(tr, *args, **kwargs)
                 tr.commit().wait()
+                _drop_attempt_watches(tr, cancel=False)
                 return ret
             except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
+                _drop_attempt_watches(tr, cancel=True)
                 if error_code(exc) is None:
                     raise
                 tr.on_error(exc).wait()

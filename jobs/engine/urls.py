@@ -1,8 +1,9 @@
 """Store URLs: which engine and which store ``jobs.open(url)`` opens.
 
 =====================  ==============================================================
-``sqlite:PATH``        embedded engine on the file PATH (created if missing; its
-                       directory must exist; ``~`` is expanded)
+``sqlite:PATH``        embedded engine on the file PATH (created if missing, unless
+                       ``create=False``; its directory must exist; ``~`` is expanded;
+                       an SQLite file of another application is refused, untouched)
 ``memory:``            embedded engine on a private temporary store, deleted on
                        ``close()``: one process, tests
 ``fdb:``               FoundationDB, cluster file found as libfdb_c does
@@ -60,13 +61,16 @@ def parse_url(url: str) -> tuple[str, str | None]:
     return scheme, (os.path.expanduser(rest) if rest else None)
 
 
-def open_database(url: str | None = None):
+def open_database(url: str | None = None, *, create: bool = True):
     """Open the store named by ``url`` (see the module docstring) and return a database:
     an :class:`~jobs.engine.embedded.EmbeddedDatabase` or the bindings' ``fdb.Database``.
+    ``create=False``: a ``sqlite:`` store file must exist already (for callers that only
+    read: a mistyped path is an error, not a new empty store); nothing is created.
 
     Raises :class:`StoreOpenError` for a bad URL, a missing directory, a file that is not a
-    job store (or is corrupt, or was written by a newer release), a missing FoundationDB
-    client library or cluster file, or an unreachable cluster."""
+    job store (or is corrupt, or was written by a newer release), a missing file with
+    ``create=False``, a missing FoundationDB client library or cluster file, or an
+    unreachable cluster."""
     is_default = url is None and not os.environ.get(ENV_VAR)
     if url is None:
         url = default_url()
@@ -78,15 +82,17 @@ def open_database(url: str | None = None):
             return open_cluster(path)
         except StoreOpenError as exc:
             raise StoreOpenError(f"cannot open store {url!r}: {exc}") from exc
-    if is_default:
+    if is_default and create:
         os.makedirs(os.path.dirname(DEFAULT_STORE_PATH), exist_ok=True)
-    return _open_embedded(url, path)
+    return _open_embedded(url, path, create)
 
 
-def _open_embedded(url: str, path: str | None):
+def _open_embedded(url: str, path: str | None, create: bool):
     from .embedded import EmbeddedDatabase, StoreFileError
 
     if path is not None:
+        if not create and not os.path.exists(path):
+            raise StoreOpenError(f"cannot open store {url!r}: store file {path!r} does not exist; check the path")
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise StoreOpenError(
@@ -95,7 +101,7 @@ def _open_embedded(url: str, path: str | None):
         if os.path.isdir(path):
             raise StoreOpenError(f"cannot open store {url!r}: {path!r} is a directory; name a file in it")
     try:
-        return EmbeddedDatabase(path) if path is not None else EmbeddedDatabase(None, memory=True)
+        return EmbeddedDatabase(path, create=create) if path is not None else EmbeddedDatabase(None, memory=True)
     except (StoreFileError, sqlite3.Error, OSError) as exc:
         raise StoreOpenError(
             f"cannot open store {url!r}: {exc}; check the path, or point the URL at a new file"

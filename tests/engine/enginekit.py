@@ -28,6 +28,13 @@ def val(x) -> bytes | None:
     return bytes(x)
 
 
+def read(db, key) -> bytes | None:
+    """The value of ``key`` in a transaction of its own, kept alive until the read is done
+    (a dropped transaction cancels its reads: 1025)."""
+    tr = db.create_transaction()
+    return val(tr.get(key))
+
+
 def rows(result) -> list[tuple[bytes, bytes]]:
     """A range read as a list of ``(key, value)`` tuples (the bindings return an iterator)."""
     return [(bytes(k), bytes(v)) for k, v in result]

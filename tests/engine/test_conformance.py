@@ -20,7 +20,9 @@ import time
 import pytest
 from enginekit import expect_fdb_error, from_le, le, rows, run_proc, spawn, val, wait_until
 
-from jobs.engine import KeySelector, Versionstamp, is_database, transactional, wait_future
+from jobs.engine import (
+    KeySelector, Versionstamp, error_code, is_database, pack_with_versionstamp, transactional, wait_future,
+)
 
 # --- small helpers -------------------------------------------------------------------------
 
@@ -485,7 +487,7 @@ def test_bitwise_and_byte_ops(db, ks):
 
 def _stamped_commit(db, ks, i: int) -> bytes:
     tr = db.create_transaction()
-    tr.set_versionstamped_key(ks.pack_with_versionstamp(("vs", Versionstamp())), str(i).encode())
+    tr.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), str(i).encode())
     tr.set_versionstamped_value(ks.pack(("vsv", i)), b"\x00" * 10 + b"tail" + struct.pack("<I", 0))
     future = tr.get_versionstamp()
     commit(tr)
@@ -526,12 +528,12 @@ def test_versionstamps_increase_across_handles_and_processes(engine, ks):
 def test_versionstamp_future_fails_when_commit_fails(db, ks):
     k = ks.pack(("k",))
     t1 = _started(db, k)
-    t1.set_versionstamped_key(ks.pack_with_versionstamp(("vs", Versionstamp())), b"")
+    t1.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), b"")
     future = t1.get_versionstamp()
     put(db, {k: b"t2"})
     with expect_fdb_error(1020):
         commit(t1)
-    with expect_fdb_error(1020, 1025):
+    with expect_fdb_error(2020):  # transaction_invalid_version (seen on FoundationDB 7.3)
         future.wait()
 
 
@@ -540,7 +542,7 @@ def test_versionstamp_of_concurrent_transactions_follow_commit_order(db, ks):
     t1.get_read_version().wait()
     t2.get_read_version().wait()
     for t, name in ((t1, b"t1"), (t2, b"t2")):
-        t.set_versionstamped_key(ks.pack_with_versionstamp(("vs", Versionstamp())), name)
+        t.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), name)
     f1, f2 = t1.get_versionstamp(), t2.get_versionstamp()
     commit(t2)  # t2 started second but commits first
     commit(t1)
@@ -608,9 +610,35 @@ def test_watch_armed_with_stale_value_fires(db, ks):
     assert val(tr.snapshot.get(k)) == b"0"  # the value this transaction sees
     w = tr.watch(k)
     put(db, {k: b"1"})  # changes between the read and the watch's commit
-    tr.set(ks.pack(("unrelated",)), b"")
-    commit(tr)
+    commit(tr)  # read-only: commits, and the watch fires on the change it missed
     assert wait_future(w, 60)
+
+
+def test_a_watch_is_a_read(db, ks):
+    """A watch adds a read conflict on its key, even after a snapshot read of it: a
+    writing transaction whose watched key changed meanwhile fails (seen on FoundationDB)."""
+    k = ks.pack(("w",))
+    put(db, {k: b"0"})
+    tr = db.create_transaction()
+    assert val(tr.snapshot.get(k)) == b"0"
+    tr.watch(k)
+    put(db, {k: b"1"})
+    tr.set(ks.pack(("unrelated",)), b"")
+    with expect_fdb_error(1020):
+        commit(tr)
+
+
+def test_own_write_fires_the_watch_before_commit(db, ks):
+    k = ks.pack(("w",))
+    put(db, {k: b"0"})
+    tr = db.create_transaction()
+    w = tr.watch(k)
+    tr.set(ks.pack(("unrelated",)), b"")
+    assert not w.is_ready()
+    tr.set(k, b"other value")
+    assert wait_future(w, 60)  # before commit, as FoundationDB does
+    w.wait()
+    commit(tr)
 
 
 def test_watch_cancel(db, ks):
@@ -698,7 +726,10 @@ def lifetime(engine, monkeypatch) -> float:
 
 
 @pytest.mark.slow
-def test_transaction_too_old(db, ks, lifetime):
+def test_transaction_too_old(engine, db, ks, lifetime):
+    """Past the 5 s limit a writing commit fails with 1007.  Reads get some slack on
+    FoundationDB (a read 5.5 s old returned there; one 8.5 s old failed); the embedded
+    engine is stricter and refuses reads at the limit too."""
     k = ks.pack(("k",))
     put(db, {k: b"v"})
     reader = db.create_transaction()
@@ -707,10 +738,20 @@ def test_transaction_too_old(db, ks, lifetime):
     writer.get(k).wait()
     writer.set(ks.pack(("w",)), b"w")
     time.sleep(lifetime)
-    with expect_fdb_error(1007):
-        reader.get(ks.pack(("other",))).wait()
+    if engine.name == "fdb":
+        try:
+            reader.get(ks.pack(("other",))).wait()
+        except Exception as exc:  # noqa: BLE001 - either outcome is FoundationDB's
+            assert error_code(exc) == 1007
+    else:
+        with expect_fdb_error(1007):
+            reader.get(ks.pack(("other",))).wait()
     with expect_fdb_error(1007):
         commit(writer)
+    if engine.name == "fdb":
+        time.sleep(3.0)  # well past the slack
+        with expect_fdb_error(1007):
+            reader.get(ks.pack(("other2",))).wait()
     assert read(db, ks.pack(("w",))) is None
     writer.on_error(1007).wait()  # retryable: a fresh read version
     writer.get(k).wait()
@@ -958,7 +999,7 @@ def test_versionstamped_value_is_unreadable_before_commit(db, ks):
 def test_one_transaction_one_versionstamp(db, ks):
     tr = db.create_transaction()
     for user in (1, 2):
-        tr.set_versionstamped_key(ks.pack_with_versionstamp(("vs", Versionstamp(user_version=user))), b"")
+        tr.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp(user_version=user))), b"")
     f = tr.get_versionstamp()
     commit(tr)
     stamps = [ks.unpack(k)[1] for k, _v in rows(db.create_transaction().get_range_startswith(ks.pack(("vs",))))]
@@ -1060,9 +1101,9 @@ def test_two_watches_on_one_key(db, ks):
 
 
 def test_watch_of_failed_commit_fails(db, ks):
-    k, other = ks.pack(("w",)), ks.pack(("other",))
+    k, other, watched = ks.pack(("w",)), ks.pack(("other",)), ks.pack(("watched",))
     t1 = _started(db, k)
-    w = t1.watch(other)
+    w = t1.watch(watched)
     put(db, {k: b"conflict"})
     t1.set(other, b"t1")
     with expect_fdb_error(1020):
@@ -1084,9 +1125,11 @@ def test_transaction_indexing(db, ks):
     assert read(db, ks.pack(("b",))) == b"2"
 
 
-def test_watch_of_reset_transaction_is_cancelled(db, ks):
+def test_watch_of_reset_transaction_is_cancelled(engine, db, ks):
     """FDB: "If an uncommitted transaction is reset or destroyed, then any watches it
-    created will be set with the transaction_cancelled exception" -- on_error resets too."""
+    created will be set with the transaction_cancelled exception".  After ``on_error`` a
+    cluster did not always do so (one of two runs: still pending after 10 s): the embedded
+    engine cancels, and the job layer cancels such watches itself (``transactional.watch``)."""
     k = ks.pack(("w",))
     tr = db.create_transaction()
     w1 = tr.watch(k)
@@ -1096,6 +1139,9 @@ def test_watch_of_reset_transaction_is_cancelled(db, ks):
         w1.wait()
     w2 = tr.watch(k)
     tr.on_error(1020).wait()
+    if engine.name == "fdb" and not wait_future(w2, 10):
+        w2.cancel()  # seen on FoundationDB 7.3: not cancelled by on_error
+        return
     assert wait_future(w2, 10), "watch of a transaction reset by on_error never became ready"
     with expect_fdb_error(1025):
         w2.wait()
@@ -1119,3 +1165,160 @@ def test_close_right_after_a_watch_leaves_no_background_error(engine, monkeypatc
         db.close()
     wait_until(lambda: not [t for t in threading.enumerate() if t.name == "jobs-watches"], timeout=10)
     assert errors == [], f"background watch thread failed after close: {errors[0]!r}"
+
+
+# --- FoundationDB's behaviour as seen on a cluster (7.3.79): the embedded engine follows --
+
+
+def test_a_failed_commit_leaves_the_transaction_unusable(db, ks):
+    """After a failed commit the transaction refuses use (2017) until on_error or reset:
+    using it again would read and commit on a stale view (a lost update)."""
+    k, other = ks.pack(("k",)), ks.pack(("other",))
+    t1 = _started(db, k)
+    put(db, {k: b"t2"})
+    t1.set(other, b"t1")
+    with expect_fdb_error(1020):
+        commit(t1)
+    with expect_fdb_error(2017):
+        t1.get(k).wait()
+    with expect_fdb_error(2017):
+        t1.set(other, b"again")
+        commit(t1)
+    t1.on_error(1020).wait()
+    assert val(t1.get(k)) == b"t2"  # usable again, on a new read version
+    t1.set(other, b"t1")
+    commit(t1)
+    assert read(db, other) == b"t1"
+
+
+def test_range_read_over_a_versionstamped_key_is_unreadable(db, ks):
+    tr = db.create_transaction()
+    tr.get_read_version().wait()
+    tr.set(ks.pack(("a",)), b"a")
+    tr.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), b"v")
+    with expect_fdb_error(1036):
+        rows(tr.get_range(ks.range().start, ks.range().stop))
+    assert rows(tr.get_range(ks.pack(("a",)), ks.pack(("b",)))) == [(ks.pack(("a",)), b"a")]  # elsewhere: fine
+    commit(tr)
+    assert len(rows(db.create_transaction().get_range_startswith(ks.pack(("vs",))))) == 1
+
+
+def test_reset_clears_options_on_error_keeps_them(db):
+    tr = db.create_transaction()
+    tr.options.set_retry_limit(1)
+    tr.reset()
+    for _ in range(3):  # no limit any more
+        tr.on_error(1020).wait()
+    tr = db.create_transaction()
+    tr.options.set_retry_limit(1)
+    tr.on_error(1020).wait()
+    with expect_fdb_error(1020):  # kept across on_error
+        tr.on_error(1020).wait()
+
+
+def test_a_dropped_transaction_cancels_its_reads(db, ks):
+    k = ks.pack(("k",))
+    put(db, {k: b"v"})
+    future = db.create_transaction().get(k)  # the transaction is destroyed at once
+    with expect_fdb_error(1025):
+        future.wait()
+    tr = db.create_transaction()
+    kept = tr.get(k)
+    assert val(kept) == b"v"  # looked at while the transaction lived
+    del tr
+    assert val(kept) == b"v"
+
+
+def test_own_writes_are_left_out_of_range_read_conflicts(db, ks):
+    a, d = ks.pack(("a",)), ks.pack(("d",))
+    tr = db.create_transaction()
+    tr.clear_range(a, d)
+    assert rows(tr.get_range(a, d)) == []
+    put(db, {ks.pack(("b",)): b"other transaction"})  # inside the span this one cleared
+    tr.set(ks.pack(("x",)), b"x")
+    commit(tr)  # the cleared span's contents were known from its own write: no conflict
+    assert read(db, ks.pack(("x",))) == b"x"
+
+
+def test_range_read_still_conflicts_where_own_writes_do_not_cover(db, ks):
+    a, d = ks.pack(("a",)), ks.pack(("d",))
+    tr = db.create_transaction()
+    tr.clear_range(a, ks.pack(("b",)))
+    rows(tr.get_range(a, d))
+    put(db, {ks.pack(("c",)): b"other transaction"})  # outside the cleared part
+    tr.set(ks.pack(("x",)), b"x")
+    with expect_fdb_error(1020):
+        commit(tr)
+
+
+def test_setting_the_same_value_does_not_fire_the_watch(engine, db, ks):
+    """(A watch may fire spuriously on a cluster: there only the change is asserted.)"""
+    k = ks.pack(("w",))
+    put(db, {k: b"0"})
+    tr = db.create_transaction()
+    w = tr.watch(k)
+    tr.set(k, b"0")
+    commit(tr)
+    if engine.name != "fdb":
+        assert not wait_future(w, 0.3)
+    put(db, {k: b"1"})
+    assert wait_future(w, 60)
+
+
+def test_options_are_the_bindings_own(db):
+    tr = db.create_transaction()
+    with pytest.raises(AttributeError):
+        tr.options.set_no_such_option()
+    tr.options.set_priority_batch()  # a real option
+    tr.options.set_timeout(60_000)
+
+
+def test_read_your_writes_disable(engine, db, ks):
+    k = ks.pack(("k",))
+    put(db, {k: b"stored"})
+    tr = db.create_transaction()
+    tr.options.set_read_your_writes_disable()
+    tr.set(k, b"mine")
+    assert val(tr.get(k)) == b"stored"  # the store's value, not this transaction's write
+    assert rows(tr.get_range(k, k + b"\x00")) == [(k, b"stored")]
+    commit(tr)
+    assert read(db, k) == b"mine"
+    tr = db.create_transaction()
+    tr.get(k).wait()
+    with expect_fdb_error(2000):  # only before reads and writes
+        tr.options.set_read_your_writes_disable()
+        commit(tr)
+
+
+def test_snapshot_ryw_disable(db, ks):
+    k = ks.pack(("k",))
+    put(db, {k: b"stored"})
+    tr = db.create_transaction()
+    tr.options.set_snapshot_ryw_disable()
+    tr.set(k, b"mine")
+    assert val(tr.snapshot.get(k)) == b"stored"
+    assert val(tr.get(k)) == b"mine"
+
+
+def test_next_write_no_write_conflict_range(db, ks):
+    k, other = ks.pack(("k",)), ks.pack(("other",))
+    reader = _started(db, k)
+    tr = db.create_transaction()
+    tr.options.set_next_write_no_write_conflict_range()
+    tr.set(k, b"unfenced")
+    commit(tr)
+    reader.set(other, b"x")
+    commit(reader)  # the write left no conflict range for the reader to hit
+    assert read(db, k) == b"unfenced"
+
+
+def test_retryable_codes_are_foundationdbs():
+    """Throttling and proxy-memory errors are retried (FoundationDB's predicate); errors
+    that will not pass by themselves are not."""
+    from jobs.engine.errors import FDBError, is_retryable
+
+    for code in (1007, 1009, 1020, 1021, 1037, 1038, 1039, 1042, 1051, 1078, 1213, 1223):
+        assert is_retryable(FDBError(code)), code
+    for code in (1025, 1031, 1101, 2017, 2101):
+        assert not is_retryable(FDBError(code)), code
+

@@ -12,7 +12,7 @@ import multiprocessing
 import random
 import threading
 
-from jobs.engine import Subspace, Versionstamp, transactional
+from jobs.engine import Subspace, Versionstamp, pack_with_versionstamp, transactional, value_of
 from jobs.engine.embedded import EmbeddedDatabase
 
 ACCOUNTS = Subspace(("acct",))
@@ -21,7 +21,8 @@ N_ACCOUNTS = 6
 START = 1000
 
 
-def _int(v: bytes | None) -> int:
+def _int(future) -> int:
+    v = value_of(future)
     return int(v) if v is not None else 0
 
 
@@ -33,13 +34,13 @@ def _seed(tr):
 
 @transactional
 def _transfer(tr, src: int, dst: int, amount: int) -> bool:
-    a = _int(tr.get(ACCOUNTS.pack((src,))).wait())
+    a = _int(tr.get(ACCOUNTS.pack((src,))))
     if a < amount:  # the check that write skew would break
         return False
-    b = _int(tr.get(ACCOUNTS.pack((dst,))).wait())
+    b = _int(tr.get(ACCOUNTS.pack((dst,))))
     tr.set(ACCOUNTS.pack((src,)), str(a - amount).encode())
     tr.set(ACCOUNTS.pack((dst,)), str(b + amount).encode())
-    tr.set_versionstamped_key(LOG.pack_with_versionstamp((Versionstamp(),)), f"{src},{dst},{amount}".encode())
+    tr.set_versionstamped_key(pack_with_versionstamp(LOG, (Versionstamp(),)), f"{src},{dst},{amount}".encode())
     return True
 
 
@@ -53,7 +54,7 @@ def _run_transfers(path: str, seed: int, count: int) -> None:
 
 
 def _check(db) -> None:
-    balances = [_int(db.get(ACCOUNTS.pack((i,)))) for i in range(N_ACCOUNTS)]
+    balances = [int(db.get(ACCOUNTS.pack((i,))) or 0) for i in range(N_ACCOUNTS)]
     assert sum(balances) == N_ACCOUNTS * START
     assert all(b >= 0 for b in balances)
     replay = [START] * N_ACCOUNTS

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from enginekit import REPO, proc_env, val
+from enginekit import REPO, proc_env, read, val
 
-from jobs.engine import Subspace, Versionstamp
+from jobs.engine import Subspace, Versionstamp, pack_with_versionstamp
 from jobs.engine.urls import DEFAULT_STORE_PATH, StoreOpenError, default_url, open_database, parse_url
 
 HAVE_LIBFDB_C = ctypes.util.find_library("fdb_c") is not None
@@ -21,7 +21,7 @@ def _roundtrip(db) -> None:
     tr = db.create_transaction()
     tr.set(b"k", b"v")
     tr.commit().wait()
-    assert val(db.create_transaction().get(b"k")) == b"v"
+    assert read(db, b"k") == b"v"
 
 
 def test_sqlite_url_creates_and_reopens(tmp_path):
@@ -31,7 +31,7 @@ def test_sqlite_url_creates_and_reopens(tmp_path):
     db.close()
     assert path.exists()
     db = open_database(f"sqlite:{path}")
-    assert val(db.create_transaction().get(b"k")) == b"v"
+    assert read(db, b"k") == b"v"
     db.close()
 
 
@@ -128,6 +128,50 @@ def test_sqlite_file_that_is_not_a_store(tmp_path):
     assert "not a job store" in str(info.value)
 
 
+def _file_state(path) -> tuple:
+    """Bytes of the file and the names next to it: to show that opening changed nothing."""
+    return path.read_bytes(), sorted(os.listdir(path.parent))
+
+
+@pytest.mark.parametrize("tables", [
+    ["CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"],
+    ["CREATE TABLE meta (name TEXT PRIMARY KEY, value)", "INSERT INTO meta VALUES ('format', 'their-app')"],
+    ["CREATE TABLE kv (k, v)", "CREATE TABLE users (name TEXT)"],
+], ids=["other tables", "another format in meta", "a kv table among others"])
+def test_another_applications_sqlite_file_is_refused_untouched(tmp_path, tables):
+    import sqlite3
+
+    path = tmp_path / "app.sqlite"
+    conn = sqlite3.connect(path)
+    for sql in tables:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    before = _file_state(path)
+    for create in (True, False):
+        with pytest.raises(StoreOpenError) as info:
+            open_database(f"sqlite:{path}", create=create)
+        assert f"'{path}' is an SQLite database but not a job store" in str(info.value)
+        assert _file_state(path) == before  # no table, no WAL mode, no lock file
+
+
+def test_create_false_needs_an_existing_store(tmp_path, monkeypatch):
+    path = tmp_path / "typo.sqlite"
+    with pytest.raises(StoreOpenError) as info:
+        open_database(f"sqlite:{path}", create=False)
+    assert f"store file '{path}' does not exist; check the path" in str(info.value)
+    with pytest.raises(StoreOpenError, match="store file .* does not exist"):
+        open_database(f"sqlite:{tmp_path / 'nodir' / 's.sqlite'}", create=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOBS_STORE", raising=False)
+    with pytest.raises(StoreOpenError, match="store file .* does not exist"):
+        open_database(None, create=False)  # the default store: its directory is not made either
+    assert os.listdir(tmp_path) == []
+    open_database(f"sqlite:{path}").close()  # made by a writer, then readers open it
+    open_database(f"sqlite:{path}", create=False).close()
+    open_database("memory:", create=False).close()  # (a private store is always new)
+
+
 def test_fdb_missing_cluster_file(tmp_path):
     url = f"fdb:{tmp_path / 'no.cluster'}"
     with pytest.raises(StoreOpenError) as info:
@@ -144,7 +188,7 @@ def test_fdb_default_cluster_file_missing(tmp_path, monkeypatch):
 
 _NO_CLIENT_SCRIPT = """
 import sys
-from jobs.engine import Subspace, Versionstamp
+from jobs.engine import Subspace, Versionstamp, pack_with_versionstamp
 from jobs.engine.urls import StoreOpenError, open_database
 open(sys.argv[1], "w").write("docker:docker@127.0.0.1:4500\\n")
 try:
@@ -153,10 +197,10 @@ except StoreOpenError as exc:
     print("ERROR:", exc)
 else:
     raise SystemExit("opened a cluster without libfdb_c?")
-# the embedded engine still packs versionstamps (the fdb.impl stand-in is back)
+# the embedded engine still packs versionstamps (without fdb.impl)
 db = open_database("memory:")
 tr = db.create_transaction()
-tr.set_versionstamped_key(Subspace(("v",)).pack_with_versionstamp((Versionstamp(),)), b"")
+tr.set_versionstamped_key(pack_with_versionstamp(Subspace(("v",)), (Versionstamp(),)), b"")
 tr.commit().wait()
 print("EMBEDDED OK")
 """
@@ -185,7 +229,7 @@ def test_fdb_without_client_library_in_process(tmp_path):
         open_database(f"fdb:{cluster}")
     db = open_database("memory:")  # the embedded engine is unharmed
     tr = db.create_transaction()
-    tr.set_versionstamped_key(Subspace(("v",)).pack_with_versionstamp((Versionstamp(),)), b"")
+    tr.set_versionstamped_key(pack_with_versionstamp(Subspace(("v",)), (Versionstamp(),)), b"")
     tr.commit().wait()
     db.close()
 
@@ -204,55 +248,3 @@ def test_cluster_file_search_order(tmp_path, monkeypatch):
     assert resolve_cluster_file(None) == str(env)
     monkeypatch.delenv("FDB_CLUSTER_FILE")
     assert resolve_cluster_file(None) == str(local)
-
-
-def test_real_bindings_accept_project_key_selectors():
-    """The shim that lets the bindings' range reads take jobs.engine.KeySelector, checked
-    on a stand-in of ``fdb.impl``'s two classes (the real ones need libfdb_c)."""
-    import types
-
-    from jobs.engine import KeySelector
-    from jobs.engine.cluster import _accept_project_key_selectors
-
-    class RealSelector:
-        def __init__(self, key, or_equal, offset):
-            self.key, self.or_equal, self.offset = key, or_equal, offset
-
-        @classmethod
-        def first_greater_or_equal(cls, key):
-            return cls(key, False, 1)
-
-    class TransactionRead:
-        def _to_selector(self, key_or_selector):  # as in fdb/impl.py
-            if not isinstance(key_or_selector, RealSelector):
-                key_or_selector = RealSelector.first_greater_or_equal(key_or_selector)
-            return key_or_selector
-
-    impl = types.SimpleNamespace(KeySelector=RealSelector, TransactionRead=TransactionRead)
-    _accept_project_key_selectors(impl)
-    _accept_project_key_selectors(impl)  # idempotent
-    sel = TransactionRead()._to_selector(KeySelector.first_greater_than(b"k") + 1)
-    assert isinstance(sel, RealSelector) and (sel.key, sel.or_equal, sel.offset) == (b"k", True, 2)
-    sel = TransactionRead()._to_selector(b"k")
-    assert (sel.key, sel.or_equal, sel.offset) == (b"k", False, 1)
-
-
-def test_fdb_values_wait_to_bytes_or_none():
-    """The bindings' ``Value.wait()`` returns the future itself (never None); the fdb engine
-    adapts it so that ``tr.get(k).wait() is None`` means an absent key, as on every engine.
-    Checked on a stand-in of the bindings' class (no client library here)."""
-    import types
-
-    from jobs.engine import cluster
-
-    class Value:  # as fdb.impl.Value: ``value`` is the bytes or None; ``wait`` returns self
-        def __init__(self, value):
-            self.value = value
-
-        def wait(self):
-            return self
-
-    impl = types.SimpleNamespace(Value=Value)
-    cluster._value_wait_returns_bytes(impl)
-    cluster._value_wait_returns_bytes(impl)  # idempotent
-    assert Value(None).wait() is None and Value(b"x").wait() == b"x"
