@@ -540,7 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("seconds", metavar="SECONDS", type=float)
     p = command("status", cmd_status, "job counts per type and state, waiting and running jobs")
     p.add_argument("--limit", metavar="N", type=functools.partial(_count, least=0), default=10,
-                   help="running jobs listed per type, least recently active first (default 10)")
+                   help="running jobs (least recently active first) and failures (most recent first) "
+                        "listed per type (default 10)")
     p = command("worker", cmd_worker,
                 "run a processors.Processor until SIGTERM/SIGINT; its module should open its store "
                 f"with jobs.open() (no URL): --store reaches it through ${ENV_VAR}")

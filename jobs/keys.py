@@ -8,7 +8,7 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change
     ("jobs", "activity_timeout", Type)       = (seconds,)
     ("jobs", "activity", Type, Seq)          = JobId as UTF-8
-    ("jobs", "failed", Type, JobId)          = (at,)   finished failed (layout 2)
+    ("jobs", "failed", Type, JobId)          = (at, reason): finished failed (layout 2)
     ("jobs", "lost", Type)                   = 8-byte little-endian counter (atomic add):
                                                re-enqueues by activity monitors (layout 2)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
@@ -23,9 +23,10 @@ what the activity monitor scans.
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
 the ``failed`` and ``lost`` subspaces; it reads every layout-1 store as it is, and raises
-the stored version to 2 in the first transaction that writes a row a layout-1 release could
-not read (:func:`upgrade_layout`), so that such a release then refuses the store.  ``meta/store_id`` is written with the first type
-timeout and travels in every ``Job``, so a Job used against another store is detected.
+the stored version to 2 in the first transaction that writes a row or key a layout-1
+release could not read (:func:`upgrade_layout`), so that such a release then refuses the
+store.  ``meta/store_id`` is written with the first type timeout and travels in every
+``Job``, so a Job used against another store is detected.
 """
 
 from __future__ import annotations

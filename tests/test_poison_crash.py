@@ -93,13 +93,13 @@ class Seal(Operation):
 
 
 class Supervisor:
-    """Worker processes (``jobs worker poisonapp:processor``), each replaced when it dies,
-    and one ``jobs monitor``; every process is stopped at the end."""
+    """Worker processes (``jobs worker TARGET``, the app module in ``cwd``), each replaced
+    when it dies, and one ``jobs monitor``; every process is stopped at the end."""
 
-    def __init__(self, store: str, cwd, marks, workers: int):
+    def __init__(self, store: str, cwd, marks, workers: int, target: str = "poisonapp:processor"):
         self.env = {**os.environ, "POISON_MARKS": str(marks),
                     "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-        self.store, self.cwd, self.size = store, cwd, workers
+        self.store, self.cwd, self.size, self.target = store, cwd, workers, target
         self.log = open(os.path.join(cwd, "workers.log"), "ab")
         self.workers: list[subprocess.Popen] = []
         self.dead: list[int] = []  # pids of the workers that died
@@ -115,7 +115,7 @@ class Supervisor:
             self.workers.remove(proc)
             self.dead.append(proc.pid)
         while len(self.workers) < self.size:
-            self.workers.append(self._start("worker", "poisonapp:processor"))
+            self.workers.append(self._start("worker", self.target))
 
     def stop(self) -> None:
         for proc in [*self.workers, self.monitor]:
