@@ -286,6 +286,15 @@ def test_failed_jobs_are_counted_apart_from_finished_ones(db):
     assert "Recent failures" in page and "E: one" in page and "E: two" in page
 
 
+def test_a_failed_finish_of_a_job_flagged_to_run_again_is_not_indexed(db):
+    jobs.add(db, T, "j")
+    job = jobs.accept(db, T, timeout=0)
+    jobs.add(db, T, "j", scheduled_time=5)  # flagged while running
+    jobs.finish(db, job, failed="E: x")
+    assert jobs.get_job_state(db, T, "j") == "pending" and get_run_info(db, T, "j").failed is None
+    assert processors.failed_jobs(db, T) == []
+
+
 def test_retry_failed_runs_it_again_from_its_first_attempt(db):
     fail(db, "f")
     processors.retry_failed(db, T, "f")
