@@ -55,6 +55,16 @@ APP = textwrap.dedent('''
             open(os.path.join(MARKS, f"cleaned-{partition}"), "w").close()
 
 
+    class Once(Operation):
+        type = "once"
+        job_timeout = 1.0
+
+        def start_or_resume_job(self, ctx):
+            if ctx.partition == "b" and not ctx.job.lost:  # only its first run dies
+                die("once")
+            return {"lost": ctx.job.lost}
+
+
     class Seal(Operation):
         type = "seal"
         job_timeout = 1.0
@@ -72,6 +82,7 @@ APP = textwrap.dedent('''
     processor = Processor(db, prefetch=1)
     ops = Operations(db, lambda tr, table: ["a", "bad", "c"])
     ops.register(Scan())
+    ops.register(Once())
     ops.register(Seal())
     ops.attach(processor)
 
@@ -84,6 +95,11 @@ APP = textwrap.dedent('''
 
 class Scan(Operation):  # the client's view of the same kind (start, wait)
     type = "scan"
+    job_timeout = TIMEOUT
+
+
+class Once(Operation):
+    type = "once"
     job_timeout = TIMEOUT
 
 
@@ -217,3 +233,17 @@ def test_a_coordinator_that_kills_its_worker_leaves_the_operation_stuck_and_canc
     supervisor.keep_up()
     done = ops.wait_operation("db.s", "seal", instance, timeout=DEADLINE)
     assert done.state == "cancelled" and len(ran(marks, "seal")) == 3
+
+
+def test_a_partition_job_whose_worker_is_killed_once_is_run_elsewhere_and_the_operation_succeeds(supervised):
+    db, supervisor, marks = supervised
+    ops = Operations(db, lambda tr, table: ["a", "b", "c"])
+    ops.register(Once())
+    instance = ops.start_operation("once", "db.o")
+    assert wait_supervising(supervisor, lambda: ops.operation_status(db, "db.o", "once", instance).done)
+    result = ops.operation_status(db, "db.o", "once", instance)
+    (killed,) = ran(marks, "once")
+    assert result.state == "success" and result.results["b"] == {"lost": 1}  # the re-run was told
+    assert result.results["a"] == result.results["c"] == {"lost": 0}
+    first, second = result.ran_on["b"]  # the killed worker, then the one that finished it
+    assert first.endswith(f":{killed}") and not second.endswith(f":{killed}")
