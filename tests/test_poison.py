@@ -25,11 +25,10 @@ from jobs.codec import Lost, Row, encode_row
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
 from monitor import ActivityMonitor
-from monitor.http import dashboard_html, metrics_text
-from monitor.http import Gathered
+from monitor.http import Gathered, dashboard_html, metrics_text
 from processors import NotFailed, Processor, Retry, TaskFailed, WorkerLost
 from processors.behaviors import TASK_KEY
-from processors.operations import JobFailed, Operation, Operations, partition_type
+from processors.operations import Operation, Operations, partition_type
 from test_api import CommitThenUnknown
 from waiting import DEADLINE, running, wait_until
 
