@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("retry", cmd_retry, "run a failed job (or every failed job of TYPE) again from its first attempt")
     p.add_argument("type", metavar="TYPE")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("id", metavar="ID", nargs="?")
+    which.add_argument("id", metavar="ID", nargs="?", help="the failed job")
     which.add_argument("--all-failed", action="store_true", help="every failed job of TYPE")
     p = command("discard", cmd_discard, "remove a failed job")
     p.add_argument("type", metavar="TYPE")
