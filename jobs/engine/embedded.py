@@ -18,6 +18,11 @@ How FDB's guarantees are obtained (see DESIGN.md, "Embedded engine"):
   processes' commits, by inotify on the store's log (``doorbell.py``), else by polling
   SQLite's ``data_version`` while any watch is armed.
 
+Its parts: ``atomic.py`` (atomic operations), ``ranges.py`` (conflict-range arithmetic),
+``options.py`` (``tr.options``), ``watches.py`` (the watch thread), ``checkpoints.py``
+(WAL checkpoints), ``limits.py`` (FoundationDB's limits); this module holds the
+transaction and the store file.
+
 Several OS processes share the file: writers serialise on an ``flock`` (woken by the kernel,
 unlike SQLite's sleeping busy handler) and then ``BEGIN IMMEDIATE``; WAL keeps readers
 unblocked, and a killed process leaves the last committed state (SQLite's recovery).
@@ -25,7 +30,6 @@ unblocked, and a killed process leaves the last committed state (SQLite's recove
 
 from __future__ import annotations
 
-import bisect
 import fcntl
 import marshal
 import os
@@ -37,23 +41,24 @@ import threading
 import time
 import weakref
 
-from fdb.fdboptions import TransactionOption
-
 from . import errors as E
-from .doorbell import Doorbell
-from .errors import FDBError
+from .atomic import ATOMIC_OPS
+from .checkpoints import Checkpointer
+from .errors import FDBError, StoreFileError
 from .fdbapi import KeySelector, KeyValue
 from .futures import Future, RangeResult, Value
+from .limits import KEY_SIZE_LIMIT, TRANSACTION_SIZE_LIMIT, VALUE_SIZE_LIMIT
+from .options import TransactionOptions
+from .ranges import (
+    apply_stamp, check_stamp_param, in_ranges, merge_ranges, overlaps, overlaps_spans, stamped_key_span, subtract,
+)
+from .watches import UNKNOWN as _UNKNOWN
+from .watches import Watches
 
 FORMAT_NAME = "fdb-jobs-embedded"
 FORMAT_VERSION = 1
 
-# FoundationDB's limits (documented "Known limitations").
-KEY_SIZE_LIMIT = 10_000
-VALUE_SIZE_LIMIT = 100_000
-TRANSACTION_SIZE_LIMIT = 10_000_000
 TRANSACTION_LIFETIME = 5.0  # seconds; read at run time so tests may shorten it
-MAX_WATCHES = 10_000
 
 HISTORY_SECONDS = 10.0  # how long commit write ranges are kept for conflict checks
 PRUNE_EVERY = 256  # commits between prunes of that history
@@ -71,10 +76,6 @@ CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 0),
 CREATE TABLE IF NOT EXISTS commits (version INTEGER PRIMARY KEY, ts REAL NOT NULL,
                                     ranges BLOB NOT NULL);
 """
-
-
-class StoreFileError(Exception):
-    """The store file cannot be used (missing directory, not a store, newer format)."""
 
 
 def _key(key) -> bytes:
@@ -111,150 +112,6 @@ def _check_value(value: bytes) -> None:
         raise FDBError(E.VALUE_TOO_LARGE, f"{len(value)} bytes > {VALUE_SIZE_LIMIT}")
 
 
-# --- atomic operations: (base value or None, param) -> new value or None (cleared) -------
-
-
-def _le_int(b: bytes | None, n: int) -> int:
-    b = (b or b"")[:n]
-    return int.from_bytes(b.ljust(n, b"\x00"), "little")
-
-
-def _op_add(base, param):
-    n = len(param)
-    return ((_le_int(base, n) + _le_int(param, n)) % (1 << (8 * n))).to_bytes(n, "little")
-
-
-def _op_max(base, param):
-    n = len(param)
-    return max(_le_int(base, n), _le_int(param, n)).to_bytes(n, "little")
-
-
-def _op_min(base, param):
-    if base is None:
-        return param
-    n = len(param)
-    return min(_le_int(base, n), _le_int(param, n)).to_bytes(n, "little")
-
-
-def _bitwise(fn, absent_is_param):
-    def op(base, param):
-        if base is None and absent_is_param:
-            return param
-        n = len(param)
-        return fn(_le_int(base, n), _le_int(param, n)).to_bytes(n, "little")
-
-    return op
-
-
-def _op_byte_max(base, param):
-    return param if base is None else max(base, param)
-
-
-def _op_byte_min(base, param):
-    return param if base is None else min(base, param)
-
-
-def _op_append_if_fits(base, param):
-    joined = (base or b"") + param
-    return joined if len(joined) <= VALUE_SIZE_LIMIT else base
-
-
-def _op_compare_and_clear(base, param):
-    return None if base == param else base
-
-
-ATOMIC_OPS = {
-    "add": _op_add,
-    "max": _op_max,
-    "min": _op_min,
-    "bit_and": _bitwise(lambda a, b: a & b, True),
-    "bit_or": _bitwise(lambda a, b: a | b, False),
-    "bit_xor": _bitwise(lambda a, b: a ^ b, False),
-    "byte_max": _op_byte_max,
-    "byte_min": _op_byte_min,
-    "append_if_fits": _op_append_if_fits,
-    "compare_and_clear": _op_compare_and_clear,
-}
-
-
-# --- conflict ranges --------------------------------------------------------------------
-
-
-def _merge_ranges(ranges):
-    """Sorted, disjoint, coalesced copy of half-open ``(begin, end)`` ranges."""
-    out: list[list[bytes]] = []
-    for b, e in sorted(ranges):
-        if out and b <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
-        else:
-            out.append([b, e])
-    return [(b, e) for b, e in out]
-
-
-def _overlaps(merged, begins, ranges) -> bool:
-    """Does any of ``ranges`` overlap the merged (sorted, disjoint) ranges?"""
-    for b, e in ranges:
-        i = bisect.bisect_left(begins, e) - 1
-        if i >= 0 and merged[i][1] > b:
-            return True
-    return False
-
-
-def _in_ranges(key: bytes, ranges) -> bool:
-    for b, e in ranges:
-        if b <= key < e:
-            return True
-    return False
-
-
-_in_spans = _in_ranges
-
-
-def _overlaps_spans(begin: bytes, end: bytes, spans) -> bool:
-    return any(b < end and begin < e for b, e in spans)
-
-
-def _subtract(ranges, cuts):
-    """``ranges`` (sorted, disjoint) less the sorted, disjoint ``cuts``."""
-    out = []
-    for b, e in ranges:
-        for cb, ce in cuts:
-            if ce <= b or cb >= e:
-                continue
-            if cb > b:
-                out.append((b, cb))
-            b = max(b, ce)
-            if b >= e:
-                break
-        if b < e:
-            out.append((b, e))
-    return out
-
-
-def _stamped_key_span(param: bytes, read_version: int) -> tuple[bytes, bytes]:
-    """Where a ``set_versionstamped_key`` key may land: from the key stamped with the read
-    version to the key stamped with 0xFF bytes (FoundationDB's ``getVersionstampKeyRange``;
-    reads there raise 1036 until commit)."""
-    body, pos = param[:-4], int.from_bytes(param[-4:], "little")
-    low = body[:pos] + read_version.to_bytes(8, "big") + b"\x00\x00" + body[pos + 10:]
-    high = body[:pos] + b"\xff" * 10 + body[pos + 10:] + b"\x00"
-    return low, high
-
-
-def _apply_stamp(param: bytes, stamp: bytes) -> bytes:
-    body, pos = param[:-4], int.from_bytes(param[-4:], "little")
-    return body[:pos] + stamp + body[pos + 10 :]
-
-
-def _check_stamp_param(param: bytes) -> None:
-    if len(param) < 4:
-        raise FDBError(E.CLIENT_INVALID_OPERATION, "versionstamp parameter lacks its 4-byte offset")
-    pos = int.from_bytes(param[-4:], "little")
-    if pos + 10 > len(param) - 4:
-        raise FDBError(E.CLIENT_INVALID_OPERATION, "versionstamp offset past the end of the key or value")
-
-
 # Write-buffer entry tags (what the transaction's own reads see for a key).
 _SET, _CLEAR, _ATOMIC, _UNREADABLE = 0, 1, 2, 3
 
@@ -268,7 +125,7 @@ class Transaction:
 
     def __init__(self, db: "EmbeddedDatabase"):
         self.db = db
-        self.options = _TransactionOptions(self)
+        self.options = TransactionOptions(self)
         self.snapshot = _Snapshot(self)
         self._ref = weakref.ref(self)  # what this transaction's read results hold (see futures._Bound)
         self._backoff = INITIAL_BACKOFF
@@ -364,7 +221,7 @@ class Transaction:
         key = _key(key)
         if key[:1] == b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
-        if self._unreadable and _in_spans(key, self._unreadable):
+        if self._unreadable and in_ranges(key, self._unreadable):
             self._check_usable()
             raise FDBError(E.ACCESSED_UNREADABLE, "key may be one written with a versionstamp in this transaction")
         entry = self._writes.get(key) if self._sees_own_writes(snapshot) else None
@@ -373,7 +230,7 @@ class Transaction:
             if entry[0] == _UNREADABLE:
                 raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
             return Value(entry[1] if entry[0] == _SET else None, self._ref)
-        if entry is None and self._cleared and self._sees_own_writes(snapshot) and _in_ranges(key, self._cleared):
+        if entry is None and self._cleared and self._sees_own_writes(snapshot) and in_ranges(key, self._cleared):
             self._check_usable()
             return Value(None, self._ref)
         row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
@@ -418,7 +275,7 @@ class Transaction:
                 if i < len(own) and own[i] == k:
                     i += 1
                     yield from self._own_row(k, v)
-                elif k not in writes and not (cleared and _in_ranges(k, cleared)):
+                elif k not in writes and not (cleared and in_ranges(k, cleared)):
                     yield k, v
             while i < len(own):
                 yield from self._own_row(own[i], None)
@@ -431,7 +288,7 @@ class Transaction:
         if tag == _SET:
             yield key, payload
         elif tag == _ATOMIC:
-            value = None if _in_ranges(key, self._cleared) else stored
+            value = None if in_ranges(key, self._cleared) else stored
             for op, param in payload:
                 value = ATOMIC_OPS[op](value, param)
             if value is not None:
@@ -486,7 +343,7 @@ class Transaction:
         if begin >= end:
             self._check_usable()
             return RangeResult(rows, self)
-        if self._unreadable and _overlaps_spans(begin, end, self._unreadable):
+        if self._unreadable and overlaps_spans(begin, end, self._unreadable):
             raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
         ryw = self._sees_own_writes(snapshot)
         for k, v in self._scan(begin, end, reverse, ryw):
@@ -509,7 +366,7 @@ class Transaction:
         its own writes (cleared ranges, keys set or cleared): a range read conflicts on
         those only, as FoundationDB's does."""
         known = [(k, k + b"\x00") for k, (tag, _p) in self._writes.items() if begin <= k < end and tag <= _CLEAR]
-        return _subtract([(begin, end)], _merge_ranges(self._cleared + known))
+        return subtract([(begin, end)], merge_ranges(self._cleared + known))
 
     def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> RangeResult:
         """Rows of ``[begin, end)`` (keys or key selectors), at most ``limit`` (0: all), as
@@ -577,7 +434,7 @@ class Transaction:
             return
         for k in [k for k in self._writes if begin <= k < end]:
             del self._writes[k]
-        self._cleared = _merge_ranges(self._cleared + [(begin, end)])
+        self._cleared = merge_ranges(self._cleared + [(begin, end)])
         self._log_write(("clear_range", begin, end))
         self._account(begin, end)
         if self._watches:
@@ -600,7 +457,7 @@ class Transaction:
         _check_value(param)
         entry = self._writes.get(key)
         fn = ATOMIC_OPS[op]
-        if entry is None and _in_ranges(key, self._cleared):
+        if entry is None and in_ranges(key, self._cleared):
             entry = (_CLEAR, None)
         if entry is None:
             self._writes[key] = (_ATOMIC, [(op, param)])
@@ -651,10 +508,10 @@ class Transaction:
         are replaced at commit by the transaction's versionstamp."""
         self._check_usable()
         key, value = _key(key), _value(value)
-        _check_stamp_param(key)
+        check_stamp_param(key)
         _check_write_key(key[:-4])
         _check_value(value)
-        self._unreadable.append(_stamped_key_span(key, self._rv or 0))
+        self._unreadable.append(stamped_key_span(key, self._rv or 0))
         self._log_write(("stamp_key", key, value))
         self._account(key, value)
 
@@ -664,7 +521,7 @@ class Transaction:
         self._check_usable()
         key, value = _key(key), _value(value)
         _check_write_key(key)
-        _check_stamp_param(value)
+        check_stamp_param(value)
         _check_value(value[:-4])
         self._writes[key] = (_UNREADABLE, None)
         self._log_write(("stamp_value", key, value))
@@ -719,7 +576,7 @@ class Transaction:
         entry = self._writes.get(key)
         if entry is not None:  # (tags: set, clear; atomic and versionstamped: not known yet)
             baseline = entry[1] if entry[0] <= _CLEAR else _UNKNOWN
-        elif self._cleared and _in_ranges(key, self._cleared):
+        elif self._cleared and in_ranges(key, self._cleared):
             baseline = None
         else:
             row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
@@ -787,7 +644,7 @@ class Transaction:
                 now = time.time()
                 conn.execute(
                     "INSERT INTO commits (version, ts, ranges) VALUES (?, ?, ?)",
-                    (version, now, marshal.dumps(_merge_ranges(written + self._extra_writes))),
+                    (version, now, marshal.dumps(merge_ranges(written + self._extra_writes))),
                 )
                 if version % PRUNE_EVERY == 0:
                     pruned = self.db._prune(conn, now, pruned)
@@ -803,10 +660,10 @@ class Transaction:
         self.db._checkpointer.committed()
 
     def _check_conflicts(self, conn, reads) -> None:
-        merged = _merge_ranges(reads)
+        merged = merge_ranges(reads)
         begins = [b for b, _e in merged]
         for (blob,) in conn.execute("SELECT ranges FROM commits WHERE version > ?", (self._rv,)):
-            if _overlaps(merged, begins, marshal.loads(blob)):
+            if overlaps(merged, begins, marshal.loads(blob)):
                 raise FDBError(E.NOT_COMMITTED)
 
     def _apply(self, conn, stamp: bytes) -> list[tuple[bytes, bytes]]:
@@ -835,9 +692,9 @@ class Transaction:
                 if kind == "set":
                     key, value = m[1], m[2]
                 elif kind == "stamp_key":
-                    key, value = _apply_stamp(m[1], stamp), m[2]
+                    key, value = apply_stamp(m[1], stamp), m[2]
                 else:
-                    key, value = m[1], _apply_stamp(m[2], stamp)
+                    key, value = m[1], apply_stamp(m[2], stamp)
                 puts.append((key, value))
                 span = (key, key + b"\x00")
             elif kind == "clear":
@@ -918,9 +775,6 @@ class Transaction:
         self._watches = []
 
 
-_UNKNOWN = object()  # a watch baseline that differs from every value
-
-
 def _strinc_or_end(prefix: bytes) -> bytes:
     stripped = prefix.rstrip(b"\xff")
     if not stripped:
@@ -957,290 +811,6 @@ class _Snapshot:
         return self._tr.get_read_version()
 
 
-class _TransactionOptions:
-    """``tr.options``: the bindings' transaction options (``fdb.fdboptions``), each with
-    its meaning on this engine.  A name the bindings do not have is an AttributeError, as
-    there; an option this engine cannot honour is refused (2000), never ignored."""
-
-    # Options that change nothing here: scheduling, tracing, throttling and durability
-    # tuning of a cluster (this engine has one process and FDB's strictest semantics).
-    NO_EFFECT = frozenset({
-        "authorization_token", "auto_throttle_tag", "automatic_idempotency", "bypass_storage_quota",
-        "causal_read_disable", "causal_read_risky", "causal_write_risky", "debug_retry_logging",
-        "debug_transaction_identifier", "durability_datacenter", "durability_dev_null_is_web_scale",
-        "durability_risky", "expensive_clear_cost_estimation_enable", "include_port_in_address",
-        "lock_aware", "log_transaction", "priority_batch", "priority_system_immediate",
-        "read_ahead_disable", "read_lock_aware", "read_priority_high", "read_priority_low",
-        "read_priority_normal", "read_server_side_cache_disable", "read_server_side_cache_enable",
-        "report_conflicting_keys", "server_request_tracing", "span_parent", "tag",
-        "transaction_logging_enable", "transaction_logging_max_field_length", "use_grv_cache",
-        "use_provisional_proxies", "used_during_commit_protection_disable",
-    })
-
-    def __init__(self, tr: Transaction):
-        self._tr = weakref.proxy(tr)  # no cycle: a dropped transaction is destroyed at once
-
-    def set_timeout(self, milliseconds: int) -> None:
-        if milliseconds < 0:
-            raise FDBError(E.INVALID_OPTION_VALUE)
-        self._tr._timeout = milliseconds / 1000 if milliseconds else None
-
-    def set_retry_limit(self, limit: int) -> None:
-        self._tr._retry_limit = None if limit < 0 else limit
-
-    def set_max_retry_delay(self, milliseconds: int) -> None:
-        pass  # backoff is already capped at MAX_BACKOFF
-
-    def set_size_limit(self, size: int) -> None:
-        if not 32 <= size <= TRANSACTION_SIZE_LIMIT:
-            raise FDBError(E.INVALID_OPTION_VALUE, f"size_limit must be 32 to {TRANSACTION_SIZE_LIMIT}")
-        self._tr._size_limit = size
-
-    def set_read_your_writes_disable(self) -> None:
-        tr = self._tr
-        if tr._rv is not None or tr._log:  # FoundationDB: only before any read or write
-            raise FDBError(E.CLIENT_INVALID_OPERATION, "read_your_writes_disable must be set before reads and writes")
-        tr._ryw = False
-
-    def set_snapshot_ryw_disable(self) -> None:
-        self._tr._snapshot_ryw = False
-
-    def set_snapshot_ryw_enable(self) -> None:
-        self._tr._snapshot_ryw = True
-
-    def set_next_write_no_write_conflict_range(self) -> None:
-        self._tr._next_no_conflict = True
-
-    def __getattr__(self, name):
-        option = name[4:] if name.startswith("set_") else None
-        if option not in TransactionOption:
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-        if option in self.NO_EFFECT:
-            return lambda *args: None
-        raise FDBError(E.CLIENT_INVALID_OPERATION, f"transaction option {option!r} is not supported by the embedded engine")
-
-
-class _Watches:
-    """Armed watches of one database: ``key -> [(baseline value, future)]``.
-
-    A daemon thread re-reads the watched keys whenever the store changes: at once after a
-    local commit (``poke``), and for other processes' commits as soon as the store's
-    doorbell rings (inotify on its log; see ``doorbell.py``).  Without a doorbell it polls
-    SQLite's ``data_version`` every few milliseconds while any watch is armed; with one it
-    still looks now and then (``BELL_SAFETY``), and goes back to polling for good if it
-    finds commits that the doorbell missed (a filesystem that does not report them)."""
-
-    POLL_MIN = 0.0005  # also the least time between two checks: a busy store wakes the thread often
-    POLL_MAX = 0.004
-    BELL_SAFETY = 0.25
-    BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
-
-    def __init__(self, db: "EmbeddedDatabase"):
-        self._db = db
-        self._cond = threading.Condition()
-        self._armed: dict[bytes, list[tuple[object, Future]]] = {}
-        self._poked = False
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._bell: Doorbell | None = None  # set and cleared under _cond by the thread
-
-    def count(self) -> int:
-        return sum(len(v) for v in self._armed.values())
-
-    def add(self, key: bytes, baseline, future: Future) -> None:
-        with self._cond:
-            if self.count() >= MAX_WATCHES:
-                future.set_error(FDBError(E.TOO_MANY_WATCHES))
-                return
-            self._armed.setdefault(key, []).append((baseline, future))
-            future.on_ready(lambda f, key=key: self._forget(key, f))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="jobs-watches", daemon=True)
-                self._thread.start()
-            self._wake()  # check the baseline against the store at once
-
-    def _wake(self) -> None:
-        """(Under _cond.)  Make the thread look at the store now, wherever it waits."""
-        self._poked = True
-        self._cond.notify()
-        if self._bell is not None:
-            self._bell.ring()
-
-    def _forget(self, key: bytes, future: Future) -> None:
-        with self._cond:
-            items = self._armed.get(key)
-            if items:
-                items[:] = [(b, f) for b, f in items if f is not future]
-                if not items:
-                    del self._armed[key]
-
-    def poke(self) -> None:
-        if self._armed:
-            with self._cond:
-                self._wake()
-
-    def _fail_all(self, error: FDBError) -> None:
-        armed, self._armed = self._armed, {}
-        for items in armed.values():
-            for _b, f in items:
-                f.set_error(error)
-
-    def close(self) -> None:
-        """Fail armed watches and stop the thread (joined, so the store can be deleted)."""
-        with self._cond:
-            self._closed = True
-            self._fail_all(FDBError(E.OPERATION_CANCELLED))
-            self._wake()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=10)
-
-    def _run(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            try:  # under the lock: close() cannot delete a memory store meanwhile
-                conn = self._db._connect()
-            except StoreFileError:
-                self._fail_all(FDBError(E.OPERATION_CANCELLED, "store is gone"))
-                return
-            if os.environ.get("JOBS_EMBEDDED_WATCHES", "inotify") != "poll":
-                self._bell = Doorbell.open(self._db.path)
-        bell = self._bell
-        misses = 0
-        try:
-            last_version, last_check = None, 0.0
-            interval = self.POLL_MIN
-            rang = False  # the doorbell rang and no new commit was seen since
-            while True:
-                with self._cond:
-                    while not self._armed and not self._closed:
-                        self._cond.wait()
-                    if self._closed:
-                        return
-                    if not self._poked and bell is None:
-                        self._cond.wait(interval)
-                    waiting = not self._poked and bell is not None
-                ring = False
-                if waiting:
-                    ring = bell.wait(interval)
-                    rang = rang or ring
-                    pause = last_check + self.POLL_MIN - time.monotonic()
-                    if ring and pause > 0 and not self._poked:  # a burst of commits: one look for all
-                        time.sleep(pause)
-                with self._cond:
-                    if self._closed:
-                        return
-                    poked, self._poked = self._poked, False
-                    if poked and bell is not None:
-                        bell.clear()  # (rung with the poke, under this lock)
-                    keys = list(self._armed)
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if not poked and version == last_version:
-                    if bell is None:
-                        interval = min(interval * 1.25, self.POLL_MAX)
-                    elif rang:  # the log is being written; the commit shows once it is whole
-                        interval = self.POLL_MIN if ring else min(interval * 1.25, self.BELL_SAFETY)
-                    else:
-                        interval = self.BELL_SAFETY
-                    continue
-                if waiting and not rang and not poked and last_version is not None and not bell.wait(0):
-                    # Another process committed and the doorbell did not say so (its event
-                    # would be queued by now: inotify queues it in the write itself).
-                    misses += 1
-                    if misses >= self.BELL_MISSES:
-                        with self._cond:
-                            self._bell = None
-                        bell.close()
-                        bell = None
-                # (with a doorbell, the next commit rings: no need to look again soon)
-                last_version, interval = version, self.POLL_MIN if bell is None else self.BELL_SAFETY
-                rang, last_check = False, time.monotonic()
-                self._check(conn, keys)
-        finally:
-            with self._cond:
-                self._bell = None
-            if bell is not None:
-                bell.close()
-            conn.close()
-
-    def _check(self, conn, keys: list[bytes]) -> None:
-        current = {}
-        for key in keys:
-            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            current[key] = row[0] if row else None
-        fired = []
-        with self._cond:
-            for key, value in current.items():
-                for baseline, future in self._armed.get(key, ()):
-                    if baseline is _UNKNOWN or baseline != value:
-                        fired.append(future)
-        for future in fired:
-            future.set_result(None)
-
-
-class _Checkpointer:
-    """Copies the write-ahead log back into the store file on a thread of its own.
-
-    SQLite does it inside a commit once the log holds 1000 pages (``wal_autocheckpoint``),
-    under the write lock, for milliseconds (fsyncs): every few hundred commits one commit
-    stalls every writer, which is the tail of job latency.  Here commits leave it to this
-    thread, which runs a PASSIVE checkpoint (it blocks neither writers nor readers) after
-    every ``EVERY`` commits of this process.  The in-commit checkpoint stays as a safety
-    net, at ``SAFETY_PAGES``, for a store written by many processes of few commits each."""
-
-    EVERY = 200
-    SAFETY_PAGES = 20_000  # ~80 MB of log
-
-    def __init__(self, db: "EmbeddedDatabase"):
-        self._db = db
-        self._commits = 0
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self.rounds = 0  # checkpoints run (for tests and curious people)
-
-    def committed(self) -> None:
-        self._commits += 1  # (unlocked: an approximate count is enough)
-        if self._commits >= self.EVERY:
-            self._commits = 0
-            with self._lock:
-                if self._closed:
-                    return
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(target=self._run, name="jobs-checkpoint", daemon=True)
-                    self._thread.start()
-                self._event.set()
-
-    def _run(self) -> None:
-        try:
-            conn = self._db._connect()
-        except StoreFileError:
-            return
-        try:
-            while True:
-                self._event.wait()
-                self._event.clear()
-                if self._closed:
-                    return
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    self.rounds += 1
-                except sqlite3.DatabaseError:
-                    pass  # (another process is checkpointing; the next round catches up)
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._event.set()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=10)
-
-
 class EmbeddedDatabase:
     """A store file opened by this process.  Thread-safe; share one per process.
 
@@ -1273,8 +843,8 @@ class EmbeddedDatabase:
         self._thread_lock = threading.Lock()
         self._lock_fd = None
         self._closed = False
-        self._watches = _Watches(self)
-        self._checkpointer = _Checkpointer(self)
+        self._watches = Watches(self)
+        self._checkpointer = Checkpointer(self)
         self._init_store()
 
     def __repr__(self) -> str:
@@ -1288,7 +858,7 @@ class EmbeddedDatabase:
             conn.execute(f"PRAGMA synchronous = {self._sync}")
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA cache_size = -16000")
-            conn.execute(f"PRAGMA wal_autocheckpoint = {_Checkpointer.SAFETY_PAGES}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.SAFETY_PAGES}")
         except sqlite3.DatabaseError as exc:
             raise StoreFileError(f"cannot open store {self.path!r}: {exc}") from exc
         return conn
@@ -1298,8 +868,8 @@ class EmbeddedDatabase:
         self._pid = os.getpid()
         self._pool = []
         self._lock_fd = None
-        self._watches = _Watches(self)
-        self._checkpointer = _Checkpointer(self)
+        self._watches = Watches(self)
+        self._checkpointer = Checkpointer(self)
 
     def _get_conn(self) -> sqlite3.Connection:
         if self._closed:

@@ -85,6 +85,11 @@ RETRYABLE_NOT_COMMITTED = frozenset({
 RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
 
 
+class StoreFileError(Exception):
+    """The embedded store's file cannot be used (missing directory, not a store, newer
+    format); ``jobs.open`` turns it into ``StoreOpenError`` naming the URL."""
+
+
 class FDBError(Exception):
     """An error with a FoundationDB error code, raised by the embedded engine."""
 

@@ -247,13 +247,20 @@ def _started(db, key):
     return tr
 
 
-def test_read_write_conflict(db, ks):
-    k, other = ks.pack(("k",)), ks.pack(("other",))
+def _lost_conflict(db, k, other):
+    """A transaction that read ``k``, wrote ``other`` and failed to commit (1020) because
+    another transaction wrote ``k`` meanwhile."""
     t1 = _started(db, k)
     put(db, {k: b"t2"})
     t1.set(other, b"t1")
     with expect_fdb_error(1020):
         commit(t1)
+    return t1
+
+
+def test_read_write_conflict(db, ks):
+    k, other = ks.pack(("k",)), ks.pack(("other",))
+    _lost_conflict(db, k, other)
     assert read(db, other) is None  # nothing of t1 was written
 
 
@@ -1174,11 +1181,7 @@ def test_a_failed_commit_leaves_the_transaction_unusable(db, ks):
     """After a failed commit the transaction refuses use (2017) until on_error or reset:
     using it again would read and commit on a stale view (a lost update)."""
     k, other = ks.pack(("k",)), ks.pack(("other",))
-    t1 = _started(db, k)
-    put(db, {k: b"t2"})
-    t1.set(other, b"t1")
-    with expect_fdb_error(1020):
-        commit(t1)
+    t1 = _lost_conflict(db, k, other)
     with expect_fdb_error(2017):
         t1.get(k).wait()
     with expect_fdb_error(2017):

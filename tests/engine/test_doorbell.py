@@ -11,9 +11,10 @@ import threading
 
 import pytest
 
-from jobs.engine import embedded
+from jobs.engine import watches
 from jobs.engine.doorbell import Doorbell
 from jobs.engine.embedded import EmbeddedDatabase
+from jobs.engine.watches import Watches
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 
@@ -105,7 +106,7 @@ def test_watch_fires_with_the_doorbell(tmp_path):
 
 
 def test_watch_fires_without_a_doorbell(tmp_path, monkeypatch):
-    monkeypatch.setattr(embedded.Doorbell, "open", classmethod(lambda cls, path: None))
+    monkeypatch.setattr(Doorbell, "open", classmethod(lambda cls, path: None))
     _watch_fires_for_another_handle(tmp_path).close()
 
 
@@ -126,12 +127,12 @@ class _DeafBell(Doorbell):
 
 
 def test_a_silent_doorbell_is_given_up(tmp_path, monkeypatch):
-    monkeypatch.setattr(embedded._Watches, "BELL_SAFETY", 0.05)
-    monkeypatch.setattr(embedded, "Doorbell", _DeafBell)
+    monkeypatch.setattr(Watches, "BELL_SAFETY", 0.05)
+    monkeypatch.setattr(watches, "Doorbell", _DeafBell)
     path = str(tmp_path / "jobs.sqlite")
     watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
     try:
-        for i in range(embedded._Watches.BELL_MISSES):
+        for i in range(Watches.BELL_MISSES):
             tr = watcher.create_transaction()
             future = tr.watch(b"k")
             tr.commit().wait()

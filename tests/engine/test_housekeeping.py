@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from jobs.engine import embedded
+from jobs.engine.checkpoints import Checkpointer
 from jobs.engine.embedded import EmbeddedDatabase
 
 
@@ -15,9 +16,9 @@ def test_checkpoints_run_outside_commits(tmp_path):
     db = EmbeddedDatabase(path)
     try:
         conn = db._connect()
-        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == embedded._Checkpointer.SAFETY_PAGES
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == Checkpointer.SAFETY_PAGES
         conn.close()
-        for i in range(3 * embedded._Checkpointer.EVERY):
+        for i in range(3 * Checkpointer.EVERY):
             tr = db.create_transaction()
             tr.set(b"k%d" % i, b"v" * 100)
             tr.commit().wait()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from enginekit import REPO, proc_env, read, val
+from enginekit import REPO, proc_env, read
 
 from jobs.engine import Subspace, Versionstamp, pack_with_versionstamp
 from jobs.engine.urls import DEFAULT_STORE_PATH, StoreOpenError, default_url, open_database, parse_url

@@ -1,0 +1,7 @@
+"""FoundationDB's documented limits ("Known limitations"), which the embedded engine keeps
+with FoundationDB's error codes."""
+
+KEY_SIZE_LIMIT = 10_000
+VALUE_SIZE_LIMIT = 100_000
+TRANSACTION_SIZE_LIMIT = 10_000_000
+MAX_WATCHES = 10_000  # the client's default limit of outstanding watches
