@@ -32,7 +32,9 @@ if _logdir:
 processor = Processor(jobs.open(), grace=5)
 
 
-@processor.handler(TYPE)
+# The chaos kills and stalls workers at random, not because of their jobs: every job must
+# still finish, however many of its workers were lost (not a poison job, so no max_lost).
+@processor.handler(TYPE, max_lost=2**31)
 def work(ctx):
     token = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
     if _log is not None:

@@ -16,6 +16,8 @@ job accepted again gets another call's lock.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,6 +32,12 @@ from .job import Job
 # A watch that failed with a retryable error: pause this long before reading again, so a
 # persistent failure does not turn the wait into a busy loop.
 WATCH_ERROR_PAUSE = 0.05
+
+
+def this_worker() -> str:
+    """``"host/pid"`` of this process, as accept records it in the rows it locks (read at
+    each call: a forked child is another worker)."""
+    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,7 @@ class AcceptCall:
         mine = self._already_mine(tr)
         if mine:
             store_id = keys.store_id_of(store)
-            return [Job(self.type, job_id, decode_data(row.data), self.lock, store_id) for job_id, row in mine]
+            return [self._job(job_id, row, store_id) for job_id, row in mine]
         max_stime = time.time() if self.max_sched_time is None else self.max_sched_time
         ids = pending.dequeue_many(tr, self.type, max_stime, self.limit, self.no_schedule)
         if not ids:
@@ -105,6 +113,7 @@ class AcceptCall:
             return Wait(pending.watch(tr, self.type), due)
         futures = [tr.get(keys.data_key(self.type, job_id)) for job_id in ids]  # read in parallel
         taken = []
+        worker = this_worker()
         for job_id, future in zip(ids, futures):
             row = rows.decode(value_of(future), self.type, job_id)
             if row is None or row.state != "pending":
@@ -112,12 +121,17 @@ class AcceptCall:
             self._picked.append(job_id)
             # LastLock cleared: once another worker holds the job, a finish repeated with an
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
-            rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data))
+            # Lost kept: the count belongs to the run, whichever worker takes it next.
+            rows.put_running(tr, self.type, job_id,
+                             Row(None, self.lock, row.stime, False, row.data, None, worker, row.lost))
             taken.append((job_id, row))
         if not taken:
             return None
         store_id = keys.store_id_of(store)
-        return [Job(self.type, job_id, decode_data(row.data), self.lock, store_id) for job_id, row in taken]
+        return [self._job(job_id, row, store_id) for job_id, row in taken]
+
+    def _job(self, job_id: str, row: Row, store_id) -> Job:
+        return Job(self.type, job_id, decode_data(row.data), self.lock, store_id, lost=row.lost)
 
     def _already_mine(self, tr) -> list[tuple[str, Row]]:
         """Jobs an earlier attempt of this call locked (its commit happened behind 1021)."""

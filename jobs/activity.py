@@ -6,7 +6,10 @@ updated for at least that long.
 
 from __future__ import annotations
 
+import time
+
 from . import keys, rows
+from .codec import Lost, Row
 from .engine import Versionstamp, value_of
 
 _LAST_USER_VERSION = 0xFFFF
@@ -19,7 +22,9 @@ def last_activity(tr, type: str) -> bytes | None:
 
 def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bool]:
     """Make pending again (lock dropped, scheduled time and data kept) up to ``limit``
-    running jobs of ``type`` whose last activity is at or before the versionstamp ``up_to``.
+    running jobs of ``type`` whose last activity is at or before the versionstamp ``up_to``,
+    counting each as a lost worker on the job (its row's Lost) and on the type (the ``lost``
+    counter), in this same transaction: a re-enqueue that commits is counted exactly once.
     Their workers get Halt at their next update or finish.  Returns ``(re-enqueued, more)``,
     ``more`` when the batch was full and jobs may be left."""
     begin, _end = keys.activity_range(type)
@@ -33,6 +38,20 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bo
         row = rows.get(tr, type, job_id)
         if row is None or row.lock is None or row.seq != seq:
             continue  # an activity key its job no longer points at: just drop it
-        rows.make_pending(tr, type, job_id, row.stime, row.data)
+        rows.make_pending(tr, type, job_id, row.stime, row.data, lost=one_more_lost(row))
         count += 1
+    if count:
+        tr.add(keys.lost_counter_key(type), count.to_bytes(8, "little"))
     return count, len(batch) == limit
+
+
+def one_more_lost(row: Row) -> Lost:
+    """The Lost field of ``row`` after its worker (``row.worker``) was lost just now."""
+    before = 0 if row.lost is None else row.lost.count
+    return Lost(before + 1, row.worker, time.time())
+
+
+def lost_total(tr, type: str) -> int:
+    """How many times activity monitors re-enqueued jobs of ``type``, in all (snapshot)."""
+    raw = value_of(tr.snapshot.get(keys.lost_counter_key(type)))
+    return 0 if raw is None else int.from_bytes(raw, "little")

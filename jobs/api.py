@@ -30,14 +30,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, keys, pending, rows
+from . import checks, failed as failed_index, keys, pending, rows
 from .accepting import AcceptCall
 from .codec import Row, decode_data, encode_data
 from .engine import tuple as fdb_tuple
 from .engine import value_of
 from .engine.transactional import within
 from .errors import ForeignJobError, Halt, NoTypeTimeout, NotFound
-from .job import Job, JobInfo
+from .job import Job, JobInfo, RunInfo
 
 __all__ = [
     "Job",
@@ -177,6 +177,8 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
             return
         if state == "pending":
             pending.remove(tr, type, row.stime, job_id)
+        elif state == "finished":
+            failed_index.unmark(tr, type, job_id)
         rows.make_pending(tr, type, job_id, stime, raw)
 
     _in(tr, body)
@@ -198,6 +200,8 @@ def remove(tr, type: str, job_id: str) -> None:
         found.append(True)
         if row.state == "pending":
             pending.remove(tr, type, row.stime, job_id)
+        elif row.state == "finished":
+            failed_index.unmark(tr, type, job_id)
         rows.clear_activity(tr, type, row)
         rows.clear(tr, type, job_id)
         rows.bump_activity(tr, type)
@@ -231,6 +235,19 @@ def _info(type: str, job_id: str, row: Row) -> JobInfo:
 def get_job(tr, type: str, job_id: str) -> JobInfo:
     """Type, id, state, data and scheduled time of a job. Raises NotFound."""
     return _info(type, job_id, _read_row(tr, type, job_id))
+
+
+def get_run_info(tr, type: str, job_id: str) -> RunInfo:
+    """The job's last worker, lost workers and failure time (see :class:`RunInfo`), read
+    in one snapshot.  Raises NotFound."""
+    checks.name(type, "type")
+    checks.name(job_id, "job id")
+
+    def body(tr):
+        row = _row_or_not_found(tr, type, job_id)
+        return RunInfo(row.worker, row.lost, failed_index.get(tr, type, job_id))
+
+    return _in(tr, body)
 
 
 def get_jobs(tr, type: str | None = None) -> list[JobInfo]:
@@ -325,9 +342,13 @@ def update(tr, job: Job, data: dict | None = None) -> Job:
     return _in(tr, body)
 
 
-def finish(tr, job: Job, data: dict | None = None) -> bool:
+def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False) -> bool:
     """Finish a running job, with ``data`` as its final data (None keeps the current data).
-    A job flagged for resubmission becomes pending again at its scheduled time.  Raises
+    A job flagged for resubmission becomes pending again at its scheduled time (a new run:
+    its lost-worker count starts over).  ``failed``: the run failed for good (True, or a
+    one-line reason); unless it is made pending again, the job is indexed as failed
+    (counted by ``jobs status``, listed by ``jobs list --failed``) until it is re-added,
+    resubmitted or removed.  Raises
     Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
     for a Job of another store, JobDataError for bad data.  Finishing again with the same
     Job, e.g. in a transaction retried after 1021, is a no-op while nobody changed the job
@@ -348,8 +369,10 @@ def finish(tr, job: Job, data: dict | None = None) -> bool:
         if row.resubmit:
             rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock))
             pending.enqueue(tr, job.type, row.stime, job.id)
-        else:
-            rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock))
+        else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
+            rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost))
+            if failed:
+                failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
         rows.bump_activity(tr, job.type)
         return True
 
@@ -381,6 +404,8 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         elif row.state == "finished" or new_stime != row.stime or (raw is not None and raw != row.data):
             if row.state == "pending":
                 pending.remove(tr, job.type, row.stime, job.id)
+            else:
+                failed_index.unmark(tr, job.type, job.id)
             rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
         return row
 
@@ -428,6 +453,6 @@ def release(tr, job: Job) -> None:
             raise _halt(job)
         released.append(True)
         rows.clear_activity(tr, job.type, row)
-        rows.make_pending(tr, job.type, job.id, row.stime, row.data)
+        rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost)  # the same run
 
     _in(tr, body)

@@ -32,6 +32,9 @@ import jobs
 
 from . import checks
 from . import status as status_mod
+from .api import get_run_info
+from .engine.transactional import run as run_transaction
+from .job import RunInfo
 from .engine.urls import ENV_VAR, default_url
 
 STATES = ("pending", "running", "finished")
@@ -171,12 +174,47 @@ def _job_doc(info: jobs.JobInfo) -> dict:
     return info._asdict()
 
 
+def _run_doc(run: RunInfo) -> dict:
+    """``jobs show``'s extra keys, those known: the last worker, the lost workers, the
+    failure (a job never accepted has none)."""
+    lost = None if run.lost is None else run.lost._asdict()
+    failed = None if run.failed is None else dict(zip(("at", "reason"), run.failed))
+    return {k: v for k, v in (("worker", run.worker), ("lost", lost), ("failed", failed)) if v is not None}
+
+
 def _human_job(doc: dict) -> str:
     now = time.time()
     head = [["type", _printable(doc["type"])], ["id", _printable(doc["id"])], ["state", doc["state"]],
             ["scheduled", _when(doc["scheduled_time"], now)]]
-    data = orjson.dumps(doc["data"], option=orjson.OPT_INDENT_2).decode()
-    return "\n".join(f"{k:<10} {v}" for k, v in head) + f"\ndata       {data}"
+    return "\n".join(f"{k:<10} {v}" for k, v in head + _human_run(doc, now)) + f"\ndata       {_indented(doc['data'])}"
+
+
+def _indented(data) -> str:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+def _human_run(doc: dict, now: float) -> list[list[str]]:
+    """``jobs show``'s lines on the run: worker, lost workers, failure, attempts, last error
+    (with its traceback as text: in the data it is one escaped string)."""
+    lines = []
+    if doc.get("worker"):
+        lines.append(["worker", _printable(doc["worker"])])
+    if doc.get("lost"):
+        lost = doc["lost"]
+        lines.append(["lost", _printable(f"{lost['count']} worker(s); last {lost['worker'] or 'unknown'}, "
+                                         f"{_when(lost['at'], now)}")])
+    if doc.get("failed"):
+        lines.append(["failed", _printable(f"{_when(doc['failed']['at'], now)}: {doc['failed']['reason'] or '-'}")])
+    task = doc["data"].get("_task") if isinstance(doc["data"].get("_task"), dict) else {}
+    if "attempts" in task:
+        lines.append(["attempts", str(task["attempts"])])
+    error = task.get("last_error")
+    if isinstance(error, dict):
+        lines.append(["error", _printable(f"{error.get('type')}: {error.get('message')}")])
+        if error.get("traceback"):  # as text, each line under the first
+            tb = [_printable(line) for line in str(error["traceback"]).rstrip().splitlines()]
+            lines.append(["traceback", ("\n" + " " * 11).join(tb)])
+    return lines
 
 
 def _human_jobs(docs: list[dict]) -> str:
@@ -190,13 +228,17 @@ def _human_status(st: status_mod.Status) -> str:
         return "(no job types)"
     rows = [[t.type, _seconds(t.timeout), t.pending, t.due,
              "-" if t.oldest_due_age is None else _duration(t.oldest_due_age),
-             t.running, t.finished, _ago(t.last_change)] for t in st.types]
-    out = [_table(["TYPE", "TIMEOUT", "PENDING", "DUE", "LONGEST WAIT", "RUNNING", "FINISHED",
-                   "LAST CHANGE"], rows)]
+             t.running, t.finished, t.failed, t.lost, _ago(t.last_change)] for t in st.types]
+    out = [_table(["TYPE", "TIMEOUT", "PENDING", "DUE", "LONGEST WAIT", "RUNNING", "FINISHED", "FAILED",
+                   "LOST", "LAST CHANGE"], rows)]
     running = [[t.type, r.id, _ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     if running:
         out.append("running jobs, least recently active first:\n"
                    + _table(["TYPE", "ID", "LAST ACTIVITY"], running))
+    failures = [[t.type, f.id, _when(f.at, st.now), f.reason or "-"] for t in st.types for f in t.recent_failures]
+    if failures:
+        out.append("recent failures, per type ('jobs list --failed' lists them all):\n"
+                   + _table(["TYPE", "ID", "FAILED", "LAST ERROR"], failures))
     notes = []
     if st.versions == "commits":
         notes.append("embedded engine: the store records activity as commit versions, not times")
@@ -242,15 +284,53 @@ def cmd_remove(args):
     return {"removed": {"type": args.type, "id": args.id}}
 
 
+@jobs.transactional
+def _job_and_run(tr, type, job_id):
+    return {**_job_doc(jobs.get_job(tr, type, job_id)), **_run_doc(get_run_info(tr, type, job_id))}
+
+
 def cmd_show(args):
     with _store(args, create=False) as db:
-        return _job_doc(jobs.get_job(db, args.type, args.id))
+        return _job_and_run(db, args.type, args.id)
 
 
 def cmd_list(args):
     with _store(args, create=False) as db:
+        if args.failed:
+            return _failed_list(db, args.type)
         infos = jobs.get_jobs(db, args.type)
     return [_job_doc(i) for i in infos if args.state is None or i.state == args.state]
+
+
+def _failed_list(db, type: str | None) -> list[dict]:
+    """``jobs list --failed``: from the failed index, not by decoding every job."""
+    import processors  # the task layer (as `worker`): only for the commands that use it
+    types = [type] if type is not None else run_transaction(db, status_mod.job_types)
+    return [{"failed": True, **vars(f)} for t in types for f in processors.failed_jobs(db, t)]
+
+
+def _human_failed(docs: list[dict]) -> str:
+    now = time.time()
+    rows = [[d["type"], d["id"], _when(d["at"], now), d["reason"] or "-"] for d in docs]
+    return _table(["TYPE", "ID", "FAILED", "LAST ERROR"], rows) if rows else "(no failed jobs)"
+
+
+def cmd_retry(args):
+    import processors
+
+    with _store(args, create=False) as db:
+        if args.all_failed:
+            return {"retried": processors.retry_all_failed(db, args.type), "type": args.type}
+        processors.retry_failed(db, args.type, args.id)
+    return {"retried": 1, "type": args.type, "id": args.id}
+
+
+def cmd_discard(args):
+    import processors
+
+    with _store(args, create=False) as db:
+        processors.discard_failed(db, args.type, args.id)
+    return {"discarded": {"type": args.type, "id": args.id}}
 
 
 @jobs.transactional
@@ -390,7 +470,9 @@ HUMAN = {
     "add": _human_job,
     "show": _human_job,
     "remove": lambda d: _printable(f"removed {d['removed']['type']}/{d['removed']['id']}"),
-    "list": _human_jobs,
+    "list": lambda docs: _human_failed(docs) if docs and docs[0].get("failed") is True else _human_jobs(docs),
+    "retry": lambda d: _printable(f"retried {d['retried']} failed job(s) of {d['type']}"),
+    "discard": lambda d: _printable(f"discarded {d['discarded']['type']}/{d['discarded']['id']}"),
     "types": lambda docs: _table(["TYPE", "TIMEOUT"], [[d["type"], _seconds(d["timeout"])] for d in docs])
     if docs else "(no job types)",
     "set-timeout": lambda d: f"{d['type']}: timeout {_seconds(d['timeout'])}",
@@ -442,13 +524,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("list", cmd_list, "list jobs (decodes every job of the type: see status for counts)")
     p.add_argument("type", metavar="TYPE", nargs="?")
     p.add_argument("--state", choices=STATES)
+    p.add_argument("--failed", action="store_true",
+                   help="only failed jobs (used up their retries, or lost too many workers), with the last error")
+    p = command("retry", cmd_retry, "run a failed job (or every failed job of TYPE) again from its first attempt")
+    p.add_argument("type", metavar="TYPE")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", metavar="ID", nargs="?", help="the failed job")
+    which.add_argument("--all-failed", action="store_true", help="every failed job of TYPE")
+    p = command("discard", cmd_discard, "remove a failed job")
+    p.add_argument("type", metavar="TYPE")
+    p.add_argument("id", metavar="ID")
     command("types", cmd_types, "job types and their timeouts")
     p = command("set-timeout", cmd_set_timeout, "set how long a running job of TYPE may go without update")
     p.add_argument("type", metavar="TYPE")
     p.add_argument("seconds", metavar="SECONDS", type=float)
     p = command("status", cmd_status, "job counts per type and state, waiting and running jobs")
     p.add_argument("--limit", metavar="N", type=functools.partial(_count, least=0), default=10,
-                   help="running jobs listed per type, least recently active first (default 10)")
+                   help="running jobs (least recently active first) and failures (most recent first) "
+                        "listed per type (default 10)")
     p = command("worker", cmd_worker,
                 "run a processors.Processor until SIGTERM/SIGINT; its module should open its store "
                 f"with jobs.open() (no URL): --store reaches it through ${ENV_VAR}")

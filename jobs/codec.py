@@ -1,7 +1,7 @@
 """Encoding of job rows and job data.
 
-A row is the tuple ``(Seq, Lock, STime, Resubmit, Data, LastLock)``, couch_jobs' five
-fields plus one:
+A row is the tuple ``(Seq, Lock, STime, Resubmit, Data, LastLock, Worker, Lost)``,
+couch_jobs' five fields plus three:
 
 * ``Seq``: None while pending; the versionstamp of the job's last activity while running,
   kept when it finishes.  State: Lock set -> running; else Seq None -> pending; else
@@ -12,8 +12,15 @@ fields plus one:
 * ``Data``: the job's JSON object, encoded with orjson.
 * ``LastLock``: the Lock of the ``finish`` that last finished the job, so that a finish
   retried after ``commit_unknown_result`` can tell its own committed finish from having
-  lost the job.  Creators' changes and ``accept`` clear it.  Rows of five fields (as
-  couch_jobs writes them) read as LastLock None.
+  lost the job.  Creators' changes and ``accept`` clear it.
+* ``Worker``: ``"host/pid"`` of the process whose ``accept`` last took the job (layout 2).
+* ``Lost``: ``(count, worker, at)``: how many times the activity monitor re-enqueued the job
+  because its worker stopped heartbeating, since its current run began (a creator's add or
+  resubmit, or a finish that made it pending again, starts a new run), the last lost
+  worker and when (the monitor's wall clock) (layout 2).
+
+Rows are written with six fields while Worker and Lost are both None, and read with five
+(as couch_jobs writes them), six (layout 1) or eight: missing fields read as None.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -33,6 +41,14 @@ ROW_OVERHEAD = 256  # room the rest of the row needs next to the data
 DATA_LIMIT = VALUE_LIMIT - ROW_OVERHEAD
 
 
+class Lost(NamedTuple):
+    """The activity monitor's count of a job's lost workers (see the module docstring)."""
+
+    count: int
+    worker: str | None  # "host/pid" of the last worker lost, if known
+    at: float  # when the monitor re-enqueued the job, seconds since the epoch
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     seq: Versionstamp | None
@@ -41,6 +57,8 @@ class Row:
     resubmit: bool
     data: bytes
     last_lock: bytes | None = None
+    worker: str | None = None
+    lost: Lost | None = None
 
     @property
     def state(self) -> str:
@@ -70,7 +88,10 @@ def decode_row(raw: bytes, where: str = "a job row") -> Row:
         if fields is None:  # not the usual shape (e.g. a five-field couch_jobs row)
             fields = fdb_tuple.unpack(raw)
         row = Row(*fields)
+        if row.lost is not None:
+            row = _with_lost(row)
         ok = isinstance(row.stime, float) and isinstance(row.data, bytes)
+        ok = ok and (row.worker is None or isinstance(row.worker, str))
     except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
         raise StoreError(f"{where} is corrupt: {exc}") from exc
     if not ok:
@@ -78,18 +99,38 @@ def decode_row(raw: bytes, where: str = "a job row") -> Row:
     return row
 
 
+def _with_lost(row: Row) -> Row:
+    """``row`` with its Lost field (a plain tuple from the tuple layer) checked and typed."""
+    count, worker, at = row.lost
+    if not (type(count) is int and (worker is None or isinstance(worker, str)) and isinstance(at, float)):
+        raise ValueError(f"bad lost-worker field {row.lost!r:.100}")
+    return Row(row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock, row.worker, Lost(*row.lost))
+
+
+def fields_of(row: Row) -> tuple:
+    """The tuple the row is stored as: six fields unless Worker or Lost is set."""
+    head = (row.lock, row.stime, row.resubmit, row.data, row.last_lock)
+    return head if row.worker is None and row.lost is None else (*head, row.worker, row.lost)
+
+
 # --- the row tuple, fast ------------------------------------------------------------------
 # Rows are written and read for every job operation, and the generic tuple layer is pure
 # Python and slow; these produce and parse exactly its bytes for the row's one shape
-# (tests/test_codec.py checks them against it).
+# (tests/test_codec.py checks them against it).  A row with a Lost field (rare: only jobs
+# whose worker was lost) takes the tuple layer both ways.
 
-_NONE, _BYTES, _DOUBLE, _FALSE, _TRUE, _STAMP = b"\x00", 0x01, 0x21, b"\x26", b"\x27", 0x33
+_NONE, _BYTES, _STR, _DOUBLE, _FALSE, _TRUE, _STAMP = b"\x00", 0x01, 0x02, 0x21, b"\x26", b"\x27", 0x33
 _DOUBLE_BE = struct.Struct(">d")
 _STAMP_AT_1 = struct.pack("<L", 1)
 
 
 def _pack_bytes(value: bytes) -> bytes:
     return b"\x01" + value.replace(b"\x00", b"\x00\xff") + b"\x00"
+
+
+def pack_str(value: str) -> bytes:
+    """A string as the tuple layer packs it (code 0x02)."""
+    return b"\x02" + value.encode().replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
 def pack_double(value: float) -> bytes:
@@ -101,16 +142,19 @@ def pack_double(value: float) -> bytes:
 
 
 def _pack_row(seq, row: Row) -> bytes:
-    packed_seq = _NONE if seq is None else pack_versionstamp(seq)
-    if not (isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool):
-        return packed_seq + fdb_tuple.pack((row.lock, row.stime, row.resubmit, row.data, row.last_lock))
+    """The row's tuple bytes with ``seq`` (complete, incomplete or None) as its Seq."""
+    head = _NONE if seq is None else pack_versionstamp(seq)
+    fast = isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool
+    if not fast or row.lost is not None or not (row.worker is None or isinstance(row.worker, str)):
+        return head + fdb_tuple.pack(fields_of(row))  # a tuple's bytes: its elements' in a row
     return b"".join((
-        packed_seq,
+        head,
         _NONE if row.lock is None else _pack_bytes(row.lock),
         pack_double(row.stime),
         _TRUE if row.resubmit else _FALSE,
         _pack_bytes(row.data),
         _NONE if row.last_lock is None else _pack_bytes(row.last_lock),
+        b"" if row.worker is None else pack_str(row.worker) + _NONE,  # Worker, and Lost None
     ))
 
 
@@ -123,7 +167,8 @@ def _read_bytes(raw: bytes, pos: int) -> tuple[bytes, int]:
 
 
 def _unpack_row(raw: bytes) -> tuple | None:
-    """The six fields of a row in the usual shape, else None (left to the tuple layer)."""
+    """The fields of a row in the usual shape (six, or eight without Lost), else None (left
+    to the tuple layer)."""
     fields = []
     pos, n = 0, len(raw)
     while pos < n:
@@ -134,6 +179,9 @@ def _unpack_row(raw: bytes) -> tuple | None:
         elif code == _BYTES:
             value, pos = _read_bytes(raw, pos + 1)
             fields.append(value)
+        elif code == _STR:
+            value, pos = _read_bytes(raw, pos + 1)
+            fields.append(value.decode())
         elif code == _DOUBLE:
             body = raw[pos + 1:pos + 9]
             if len(body) != 8:
@@ -151,7 +199,7 @@ def _unpack_row(raw: bytes) -> tuple | None:
             pos += 13
         else:
             return None
-    return tuple(fields) if len(fields) == 6 else None
+    return tuple(fields) if len(fields) in (6, 8) else None
 
 
 # --- job data ----------------------------------------------------------------------------

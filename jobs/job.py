@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .codec import Lost
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -12,7 +14,9 @@ class Job:
 
     ``lock`` fences every write made with it (``update``/``finish`` raise Halt once the job
     carries another lock or none); ``store`` is the id of the store it was accepted from.
-    ``resubmitted``: the job was flagged to run again, as of this Job's last update."""
+    ``resubmitted``: the job was flagged to run again, as of this Job's last update.
+    ``lost``: the workers this run of the job lost before (count, last worker, when), as of
+    its accept; None when none was lost."""
 
     type: str
     id: str
@@ -20,6 +24,7 @@ class Job:
     lock: bytes = field(repr=False)
     store: bytes | None = field(repr=False)
     resubmitted: bool = False
+    lost: Lost | None = None
 
 
 class JobInfo(NamedTuple):
@@ -31,3 +36,15 @@ class JobInfo(NamedTuple):
     state: str
     data: dict
     scheduled_time: float
+
+
+class RunInfo(NamedTuple):
+    """What the store knows of a job's current run beyond :class:`JobInfo` (``get_run_info``):
+    ``worker``: ``"host/pid"`` of the process that last accepted it (None: never, or not
+    since it was last made pending); ``lost``: the workers the run lost (count, last worker,
+    when), None if none; ``failed``: ``(at, reason)`` when it finished failed
+    (``finish(..., failed=...)``), None unless it is failed now."""
+
+    worker: str | None
+    lost: Lost | None
+    failed: tuple[float, str | None] | None

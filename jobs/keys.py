@@ -2,12 +2,15 @@
 
 Everything lives under the tuple prefix ``("jobs",)``::
 
-    ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock)
+    ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock[, Worker, Lost])
     ("jobs", "pending", Type, STime, JobId)  = b""
     ("jobs", "watches_pending", Type)        = 8-byte little-endian counter (atomic add)
     ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change
     ("jobs", "activity_timeout", Type)       = (seconds,)
     ("jobs", "activity", Type, Seq)          = JobId as UTF-8
+    ("jobs", "failed", Type, JobId)          = (at, reason): finished failed (layout 2)
+    ("jobs", "lost", Type)                   = 8-byte little-endian counter (atomic add):
+                                               re-enqueues by activity monitors (layout 2)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -18,8 +21,12 @@ before every float).  A running job's row and its activity key carry the same ve
 what the activity monitor scans.
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
-release is refused instead of misread.  ``meta/store_id`` is written with the first type
-timeout and travels in every ``Job``, so a Job used against another store is detected.
+release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
+the ``failed`` and ``lost`` subspaces; it reads every layout-1 store as it is, and raises
+the stored version to 2 in the first transaction that writes a row or key a layout-1
+release could not read (:func:`upgrade_layout`), so that such a release then refuses the
+store.  ``meta/store_id`` is written with the first type timeout and travels in every
+``Job``, so a Job used against another store is detected.
 """
 
 from __future__ import annotations
@@ -29,12 +36,12 @@ import uuid
 import weakref
 
 from . import prefixes
-from .codec import pack_double
+from .codec import pack_double, pack_str
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
 ROOT = Subspace(prefixes.JOBS)
@@ -44,6 +51,8 @@ WATCHES_PENDING = ROOT["watches_pending"]
 WATCHES_ACTIVITY = ROOT["watches_activity"]
 ACTIVITY_TIMEOUT = ROOT["activity_timeout"]
 ACTIVITY = ROOT["activity"]
+FAILED = ROOT["failed"]
+LOST = ROOT["lost"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = META.pack(("layout",))
@@ -55,19 +64,14 @@ def _prefix(subspace: Subspace, type: str) -> bytes:
     return subspace.pack((type,))
 
 
-def _pack_str(value: str) -> bytes:
-    """A string as the tuple layer packs it (code 0x02), for the keys made per job."""
-    return b"\x02" + value.encode().replace(b"\x00", b"\x00\xff") + b"\x00"
-
-
 def data_key(type: str, job_id: str) -> bytes:
-    return _prefix(DATA, type) + _pack_str(job_id)
+    return _prefix(DATA, type) + pack_str(job_id)
 
 
 def pending_key(type: str, stime: float, job_id: str) -> bytes:
     if not isinstance(stime, float):
         return PENDING.pack((type, stime, job_id))
-    return _prefix(PENDING, type) + pack_double(stime) + _pack_str(job_id)
+    return _prefix(PENDING, type) + pack_double(stime) + pack_str(job_id)
 
 
 def pending_prefix(type: str, stime: float | None = None) -> bytes:
@@ -102,6 +106,14 @@ def activity_range(type: str) -> tuple[bytes, bytes]:
     return r.start, r.stop
 
 
+def failed_key(type: str, job_id: str) -> bytes:
+    return _prefix(FAILED, type) + pack_str(job_id)
+
+
+def lost_counter_key(type: str) -> bytes:
+    return LOST.pack((type,))
+
+
 def check_key_sizes(type: str, job_id: str) -> None:
     """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
     size = len(pending_key(type, 0.0, job_id))
@@ -114,7 +126,8 @@ def check_key_sizes(type: str, job_id: str) -> None:
 
 # --- layout version and store identity ----------------------------------------------------
 
-# Databases whose layout was found acceptable (a store's layout never goes back down).
+# Databases whose stored layout was found to be this release's (a store's layout never
+# goes back down); a store of an older layout is read again until it is upgraded.
 _checked: "weakref.WeakSet[object]" = weakref.WeakSet()
 
 
@@ -125,29 +138,48 @@ def _unpack_meta(raw: bytes, what: str):
         raise StoreError(f"the store's job {what} key is corrupt ({raw[:40]!r})") from exc
 
 
-def _check_layout(raw: bytes | None) -> None:
+def _check_layout(raw: bytes | None) -> int | None:
     if raw is None:
-        return
+        return None
     version = _unpack_meta(raw, "layout version")
     if not isinstance(version, int) or version > LAYOUT_VERSION:
         raise LayoutError(
             f"this store's job layout is version {version!r}, newer than this release's "
             f"{LAYOUT_VERSION}: upgrade the package to use this store"
         )
+    return version
+
+
+def _db_of(tr):
+    """The database of ``tr`` if it can be remembered in ``_checked``, else None."""
+    db = getattr(tr, "db", None)
+    try:
+        weakref.ref(db)
+    except TypeError:  # not weak-referenceable (or None): check every time
+        return None
+    return db
 
 
 def check_layout(tr) -> None:
     """Raise LayoutError if the store was written by a newer layout.  Read once per database
-    (a snapshot read: adds no conflicts to the caller's transaction)."""
-    db = getattr(tr, "db", None)
-    try:
-        if db is not None and db in _checked:
-            return
-    except TypeError:  # not weak-referenceable: check every time
-        db = None
-    _check_layout(value_of(tr.snapshot.get(LAYOUT_KEY)))
-    if db is not None:
+    once it is this release's (a snapshot read: adds no conflicts to the caller's
+    transaction)."""
+    db = _db_of(tr)
+    if db is not None and db in _checked:
+        return
+    if _check_layout(value_of(tr.snapshot.get(LAYOUT_KEY))) == LAYOUT_VERSION and db is not None:
         _checked.add(db)
+
+
+def upgrade_layout(tr) -> None:
+    """Before ``tr`` writes what only this layout can read: record this layout's version
+    unless the store is known to have it.  A blind write (no read conflict): concurrent
+    upgraders write the same value.  Raises LayoutError for a newer store."""
+    db = _db_of(tr)
+    if db is not None and db in _checked:
+        return
+    if _check_layout(value_of(tr.snapshot.get(LAYOUT_KEY))) != LAYOUT_VERSION:
+        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
 
 
 def ensure_store(tr) -> None:

@@ -14,7 +14,7 @@ import itertools
 import weakref
 
 from . import keys, pending
-from .codec import Row, decode_row, encode_row, encode_stamped_row
+from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
@@ -44,24 +44,33 @@ def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:
     return None if raw is None else decode_row(raw, f"the row of job {type}/{job_id}")
 
 
+def _layout_for(tr, row: Row) -> None:
+    """A row with layout 2's fields: the store's layout must say 2 before it is written."""
+    if row.worker is not None or row.lost is not None:
+        keys.upgrade_layout(tr)
+
+
 def put(tr, type: str, job_id: str, row: Row) -> None:
     """Write a row that is not running (pending or finished)."""
+    _layout_for(tr, row)
     tr.set(keys.data_key(type, job_id), encode_row(row))
 
 
 def put_running(tr, type: str, job_id: str, row: Row) -> None:
     """Write a running row whose Seq is this commit's versionstamp, with its activity key
     (``row.seq`` is ignored; clear the previous activity key first)."""
+    _layout_for(tr, row)
     seq = _new_seq(tr)
     tr.set_versionstamped_value(keys.data_key(type, job_id), encode_stamped_row(row, seq))
     tr.set_versionstamped_key(keys.stamped_activity_key(type, seq), job_id.encode())
     bump_activity(tr, type)
 
 
-def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes) -> None:
+def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Lost | None = None) -> None:
     """Make the job pending at ``stime`` with data ``raw`` (its old pending key and activity
-    key removed by the caller).  Clears LastLock: a creator's (or the monitor's) change."""
-    put(tr, type, job_id, Row(None, None, stime, False, raw))
+    key removed by the caller).  Clears LastLock: a creator's (or the monitor's) change.
+    ``lost``: the run's lost-worker count to keep (None: a new run, counted from 0)."""
+    put(tr, type, job_id, Row(None, None, stime, False, raw, lost=lost))
     pending.enqueue(tr, type, stime, job_id)
     bump_activity(tr, type)
 

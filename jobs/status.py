@@ -2,13 +2,16 @@
 every job row (see ``keys.py`` for the layout):
 
 * counts per type: ``pending`` and ``due`` from the pending queue's keys, ``running`` from
-  the activity keys (one per running job), ``finished`` as the type's rows minus those two.
+  the activity keys (one per running job), ``failed`` from the failed index (``failed.py``),
+  ``finished`` (without failing) as the type's rows minus those three; ``lost``, the
+  workers lost by the type's jobs in all, from the counter the activity monitor keeps.
   Ranges are counted in pages, each in its own read-only transaction after the first,
   so that a store of any size stays under FoundationDB's 5-second limit; a type whose
   ranges fit in one page is counted in one snapshot, exactly.
 * how long the oldest due job has waited: since it was enqueued or fell due, whichever is
   later (each pending entry records when it was enqueued, by the enqueuer's wall clock).
   ``due_asap`` counts the due jobs added with no scheduled time.
+* the most recent failures (id, when, reason), from the failed index's values.
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
@@ -20,10 +23,11 @@ every job row (see ``keys.py`` for the layout):
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
-from . import activity, api, keys, pending
+from . import activity, api, failed as failed_index, keys, pending
 from .engine import strinc
 from .engine.transactional import run
 
@@ -49,6 +53,15 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """A failed job: its id, when it failed (the finisher's clock) and the reason given."""
+
+    id: str
+    at: float
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class TypeStatus:
     type: str
     timeout: float | None  # None: jobs of the type exist but its timeout was cleared
@@ -57,9 +70,12 @@ class TypeStatus:
     due_asap: int  # of those, added with no scheduled time
     oldest_due_age: float | None  # seconds the longest-waiting due job has waited
     running: int
-    finished: int
+    finished: int  # finished without failing
     last_change: Activity | None  # the type's last job change (watches_activity)
     running_jobs: list[RunningJob] = field(default_factory=list)  # least recently active first
+    failed: int = 0  # finished failed (retries used up, or too many lost workers)
+    lost: int = 0  # workers lost by the type's jobs (re-enqueued by a monitor), in all
+    recent_failures: list[Failure] = field(default_factory=list)  # most recent first
 
 
 @dataclass(frozen=True)
@@ -78,7 +94,8 @@ def versions_are_time(db) -> bool:
 
 def gather(db, limit: int = 10, now: float | None = None) -> Status:
     """Status of every type that has a timeout or has jobs; at most ``limit`` running jobs
-    listed per type (least recently active first; the count covers all).  Read-only."""
+    (least recently active first) and ``limit`` failures (most recent first) listed per
+    type (the counts cover all).  Read-only."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"limit must be an int >= 0, not {limit!r}")
     now = time.time() if now is None else now
@@ -113,29 +130,58 @@ def _ranges(type: str, now: float) -> dict[str, tuple[bytes, bytes, int]]:
         "due": (queue, strinc(keys.pending_prefix(type, float(now))), BATCH),
         "due_asap": (queue, strinc(keys.pending_prefix(type, 0.0)), BATCH),
         "running": (*keys.activity_range(type), BATCH),
+        "failed": (*failed_index.type_range(type), BATCH),
         "rows": (keys.DATA[type].range().start, keys.DATA[type].range().stop, DATA_BATCH),
     }
 
 
-def _page(tr, begin: bytes, end: bytes, size: int, waiting=None) -> tuple[int, bytes | None]:
+def _page(tr, begin: bytes, end: bytes, size: int, seen=None) -> tuple[int, bytes | None]:
     """Keys in one page of ``[begin, end)`` and where the next page starts (None: done).
-    ``waiting``: a list that gets, for each pending entry, since when it waits."""
+    ``seen(key, value)``, if given, is told of each entry."""
     last, n = None, 0
     for key, value in tr.snapshot.get_range(begin, end, limit=size):
         last, n = key, n + 1
-        if waiting is not None:
-            stime = keys.PENDING.unpack(key)[1]
-            queued = pending.queued_at(bytes(value))
-            waiting.append(max(stime, queued) if queued is not None else stime or None)
+        if seen is not None:
+            seen(bytes(key), bytes(value))
     return n, (bytes(last) + b"\x00" if n == size else None)
 
 
-def _count_rest(db, begin: bytes | None, end: bytes, size: int, waiting=None) -> int:
+def _count_rest(db, begin: bytes | None, end: bytes, size: int, seen=None) -> int:
     total = 0
     while begin is not None:
-        n, begin = run(db, _page, begin, end, size, waiting)
+        n, begin = run(db, _page, begin, end, size, seen)
         total += n
     return total
+
+
+class _Collected:
+    """What the pages of the ``due`` and ``failed`` ranges tell besides their counts:
+    since when each due job waits, and the ``limit`` most recent failures."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.clear()
+
+    def clear(self) -> None:
+        self.waiting: list[float | None] = []  # since when each due job waits (None: unknown)
+        self.failures: list[tuple[float, str, str | None]] = []  # a min-heap of (at, id, reason)
+
+    def due(self, key: bytes, value: bytes) -> None:
+        stime = keys.PENDING.unpack(key)[1]
+        queued = pending.queued_at(value)
+        self.waiting.append(max(stime, queued) if queued is not None else stime or None)
+
+    def failed(self, key: bytes, value: bytes) -> None:
+        if self.limit:
+            at, reason = failed_index.entry(value)
+            item = (at, keys.FAILED.unpack(key)[1], reason)
+            (heapq.heappush if len(self.failures) < self.limit else heapq.heappushpop)(self.failures, item)
+
+    def seen(self, name: str):
+        return {"due": self.due, "failed": self.failed}.get(name)
+
+    def recent_failures(self) -> list[Failure]:
+        return [Failure(job_id, at, reason) for at, job_id, reason in sorted(self.failures, reverse=True)]
 
 
 def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStatus:
@@ -145,19 +191,19 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
         """Everything but the pages after the first, in one snapshot."""
         rv = tr.get_read_version().wait()
         timeout = api.get_type_timeout(tr, type)
-        del waiting[:]  # (a retried attempt starts over)
-        pages = {name: _page(tr, *r, waiting if name == "due" else None) for name, r in ranges.items()}
+        collected.clear()  # (a retried attempt starts over)
+        pages = {name: _page(tr, *r, collected.seen(name)) for name, r in ranges.items()}
         stamps = []  # (Seq, id) of the least recently active running jobs
         if limit:  # (a range read's limit 0 means "no limit")
             for key, value in tr.snapshot.get_range(*keys.activity_range(type), limit=limit):
                 stamps.append((keys.ACTIVITY.unpack(key)[1], bytes(value).decode()))
-        return rv, timeout, pages, stamps, activity.last_activity(tr, type)
+        return rv, timeout, pages, stamps, activity.last_activity(tr, type), activity.lost_total(tr, type)
 
-    waiting: list[float | None] = []  # since when each due job waits (None: unknown)
-    rv, timeout, pages, stamps, last = run(db, first_look)
-    counts = {name: n + _count_rest(db, more, *ranges[name][1:], waiting if name == "due" else None)
+    collected = _Collected(limit)
+    rv, timeout, pages, stamps, last, lost = run(db, first_look)
+    counts = {name: n + _count_rest(db, more, *ranges[name][1:], collected.seen(name))
               for name, (n, more) in pages.items()}
-    since = min((t for t in waiting if t is not None), default=None)
+    since = min((t for t in collected.waiting if t is not None), default=None)
 
     def stamped(stamp: bytes) -> Activity:
         version = int.from_bytes(stamp[:8], "big")
@@ -173,7 +219,10 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
         oldest_due_age=None if since is None else max(0.0, now - since),
         running=counts["running"],
         # clamped: pages after the first are read at later versions than each other
-        finished=max(0, counts["rows"] - counts["pending"] - counts["running"]),
+        finished=max(0, counts["rows"] - counts["pending"] - counts["running"] - counts["failed"]),
         last_change=None if last is None else stamped(last),
         running_jobs=[RunningJob(job_id, stamped(seq.tr_version)) for seq, job_id in stamps],
+        failed=counts["failed"],
+        lost=lost,
+        recent_failures=collected.recent_failures(),
     )

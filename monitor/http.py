@@ -150,7 +150,9 @@ GAUGES = (
     ("jobs_pending", "pending", "Jobs waiting to run, due or scheduled later."),
     ("jobs_due", "due", "Pending jobs scheduled at or before now."),
     ("jobs_running", "running", "Jobs accepted by a worker and not finished."),
-    ("jobs_finished", "finished", "Finished jobs still in the store."),
+    ("jobs_finished", "finished", "Finished jobs still in the store, except the failed ones."),
+    ("jobs_failed", "failed", "Finished jobs that failed (retries used up, or too many workers lost)."),
+    ("jobs_lost", "lost", "Workers lost by the type's jobs (re-enqueued by an activity monitor), in all."),
     ("jobs_oldest_due_age_seconds", "oldest_due_age", "How long the longest-waiting due job has waited."),
     ("jobs_type_timeout_seconds", "timeout", "How long a running job of the type may go without update."),
 )
@@ -187,8 +189,10 @@ def metrics_text(g: Gathered) -> str:
 
 # --- / ---------------------------------------------------------------------------------------
 
-TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "last change"]
+TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "failed", "lost",
+                "last change"]
 RUNNING_HEADERS = ["type", "id", "last activity"]
+FAILURE_HEADERS = ["type", "id", "failed at", "last error"]
 
 # The script renders the cells exactly as _seconds, _ago and dashboard_html below do.
 PAGE = string.Template("""<!doctype html>
@@ -206,8 +210,11 @@ td { font-variant-numeric: tabular-nums; }
 <table><thead><tr>$type_headers</tr></thead><tbody id="types">$type_rows</tbody></table>
 <h2>Running jobs, least recently active first</h2>
 <table><thead><tr>$running_headers</tr></thead><tbody id="running">$running_rows</tbody></table>
+<h2>Recent failures, most recent first</h2>
+<table><thead><tr>$failure_headers</tr></thead><tbody id="failures">$failure_rows</tbody></table>
 <script>
 const secs = v => v === null ? "-" : v.toFixed(1) + " s";
+const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
 const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
 function fill(id, rows) {
   document.getElementById(id).replaceChildren(...rows.map(cells => {
@@ -223,8 +230,10 @@ async function refresh() {
     const s = await r.json();
     if (!r.ok) throw new Error(s.error);
     fill("types", s.types.map(t => [t.type, secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
-                                    t.running, t.finished, ago(t.last_change)]));
+                                    t.running, t.finished, t.failed, t.lost, ago(t.last_change)]));
     fill("running", s.types.flatMap(t => t.running_jobs.map(j => [t.type, j.id, ago(j.last_activity)])));
+    fill("failures", s.types.flatMap(t => t.recent_failures.map(f => [t.type, f.id, f.at, f.reason ?? "-"]))
+                      .sort((a, b) => b[2] - a[2]).map(([ty, id, at, r]) => [ty, id, when(at), r]));
     note.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString();
   } catch (e) {
     note.textContent = "refresh failed: " + e.message;
@@ -246,6 +255,10 @@ def _ago(a: status.Activity | None) -> str:
     return f"{a.behind} commits ago" if a.age is None else f"~{a.age:.1f} s ago"
 
 
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
 def _rows(rows: list[list]) -> str:
     return "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
 
@@ -253,16 +266,20 @@ def _rows(rows: list[list]) -> str:
 def dashboard_html(st: status.Status) -> str:
     """The dashboard with ``st`` in it, so that it shows the status without JavaScript."""
     types = [[t.type, _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
-              t.finished, _ago(t.last_change)] for t in st.types]
+              t.finished, t.failed, t.lost, _ago(t.last_change)] for t in st.types]
     running = [[t.type, r.id, _ago(r.last_activity)] for t in st.types for r in t.running_jobs]
+    recent = sorted(((f.at, t.type, f) for t in st.types for f in t.recent_failures), key=lambda e: -e[0])
+    failures = [[type, f.id, _when(f.at), f.reason or "-"] for _at, type, f in recent]
     return PAGE.substitute(
         note=html.escape("updated " + time.strftime("%H:%M:%S", time.localtime(st.now))),
         versions="" if st.versions != "commits" else
         "\n<p>Embedded engine: the store records activity as commit versions, not times.</p>",
         type_headers="".join(f"<th>{h}</th>" for h in TYPE_HEADERS),
         running_headers="".join(f"<th>{h}</th>" for h in RUNNING_HEADERS),
+        failure_headers="".join(f"<th>{h}</th>" for h in FAILURE_HEADERS),
         type_rows=_rows(types),
         running_rows=_rows(running),
+        failure_rows=_rows(failures),
     )
 
 

@@ -13,7 +13,8 @@ the Spark pipeline build on them).
 
 from .behaviors import Retry
 from .context import AsyncContext, Context
-from .errors import TaskFailed
+from .errors import NotFailed, TaskFailed, WorkerLost
+from .failures import FailedJob, discard_failed, failed_jobs, retry_all_failed, retry_failed
 from .interrupt import Interrupted
 from .processor import Processor
 from .submit import TaskFuture, asubmit, submit, task_id
@@ -21,12 +22,19 @@ from .submit import TaskFuture, asubmit, submit, task_id
 __all__ = [
     "AsyncContext",
     "Context",
+    "FailedJob",
     "Interrupted",
+    "NotFailed",
     "Processor",
     "Retry",
     "TaskFailed",
     "TaskFuture",
+    "WorkerLost",
     "asubmit",
+    "discard_failed",
+    "failed_jobs",
+    "retry_all_failed",
+    "retry_failed",
     "submit",
     "task_id",
 ]

@@ -21,6 +21,7 @@ import random
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 TASK_KEY = "_task"
 TRACEBACK_LIMIT = 4000  # characters of traceback kept in the job data (the value limit is 100 kB)
@@ -86,10 +87,12 @@ def error_info(exc: BaseException) -> dict:
 @dataclass(frozen=True)
 class Outcome:
     """What to write for a run that ended: finish with ``data``, and make the job pending
-    again at ``again_at`` (None: it stays finished)."""
+    again at ``again_at`` (None: it stays finished; as failed, with the reason ``failed``
+    when that is not empty)."""
 
     data: dict | None
     again_at: float | None = None
+    failed: str = ""
 
 
 def after_success(data: dict, result: dict | None, every: float | None) -> Outcome:
@@ -112,7 +115,26 @@ def after_failure(data: dict, exc: BaseException, retry: Retry, every: float | N
         return Outcome({**params, TASK_KEY: task}, time.time() + retry.delay(attempts))
     if every is not None:
         return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), time.time() + every)
-    return Outcome({**params, TASK_KEY: {**task, "attempts": attempts, "last_error": error, "failed": True}})
+    return Outcome({**params, TASK_KEY: {**task, "attempts": attempts, "last_error": error, "failed": True}},
+                   failed=f"{error['type']}: {error['message']}".splitlines()[0])
+
+
+LAST_ATTEMPT = Retry(max_attempts=1)  # after_failure's policy for a run that is not retried
+
+
+def lost_error(lost) -> str:
+    """The reason a job whose run lost ``lost.count`` workers is failed (``lost``: a
+    ``jobs.codec.Lost``)."""
+    at = datetime.fromtimestamp(lost.at, timezone.utc).isoformat(timespec="seconds")
+    return f"worker lost {lost.count} times; last worker {lost.worker or 'unknown'} at {at}"
+
+
+def retried(data: dict) -> dict:
+    """The data of a failed job run again by an operator: its params, with the failed
+    run's bookkeeping dropped (attempts start over) but a recurring job's count kept."""
+    params, task = split(data)
+    keep = {k: task[k] for k in ("runs", "last_run") if k in task}
+    return {**params, TASK_KEY: keep} if keep else params
 
 
 def _recurring(params: dict, task: dict, outcome: dict) -> dict:

@@ -95,6 +95,13 @@ class Context:
         return int(self._run.task.get("attempts", 0)) + 1
 
     @property
+    def lost(self) -> int:
+        """How many workers this run of the job lost before (killed, or stopped
+        heartbeating for a type timeout), as counted by the activity monitor."""
+        lost = self._run.job.lost
+        return 0 if lost is None else lost.count
+
+    @property
     def last_error(self) -> dict | None:
         """The error of the previous failed attempt, if any."""
         return self._run.task.get("last_error")
@@ -125,7 +132,7 @@ class Context:
         self._run.on_commit.append(fn)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.type}/{self.job_id} attempt={self.attempt}>"
+        return f"<{type(self).__name__} {self.type}/{self.job_id} attempt={self.attempt} lost={self.lost}>"
 
 
 class AsyncContext(Context):

@@ -132,7 +132,7 @@ def _write_all(tr, batch: list) -> set:
         if outcome.again_at is not None and jobs.is_held(tr, job):
             jobs.resubmit(tr, job, scheduled_time=outcome.again_at)
         try:
-            jobs.finish(tr, job, outcome.data)  # False: committed already (1021)
+            jobs.finish(tr, job, outcome.data, failed=outcome.failed)  # False: committed already (1021)
         except Halt:  # raised before it wrote anything
             lost.add(run)
     return lost

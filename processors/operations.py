@@ -127,7 +127,9 @@ class OperationStatus:
     """An operation instance as stored: ``state``, ``arg``, ``partitions`` (partition ->
     pending, running, success, failed or cancelled), ``results`` (partition -> result of
     completed jobs), ``ran_on`` (partition -> the processors that ran its job, more than
-    one when it was re-run), ``started`` and ``ended`` (wall clock; ended None while running)."""
+    one when it was re-run), ``started`` and ``ended`` (wall clock; ended None while running),
+    ``stuck``: why it cannot complete by itself (its coordinator lost too many workers;
+    cancel it), else None."""
 
     def __init__(self, table, type, instance, record: dict, parts: dict, results: dict, ran_on: dict):
         self.table, self.type, self.instance = table, type, instance
@@ -135,6 +137,7 @@ class OperationStatus:
         self.state = record["state"]
         self.arg = record.get("arg")
         self.started, self.ended = record.get("started"), record.get("ended")
+        self.stuck = record.get("stuck")
         self.partitions, self.results = parts, results
 
     @property
@@ -144,7 +147,7 @@ class OperationStatus:
     def as_dict(self) -> dict:
         return {"table": self.table, "type": self.type, "instance": self.instance, "state": self.state,
                 "arg": self.arg, "partitions": self.partitions, "results": self.results, "ran_on": self.ran_on,
-                "started": self.started, "ended": self.ended}
+                "started": self.started, "ended": self.ended, "stuck": self.stuck}
 
     def __repr__(self) -> str:
         return f"<Operation {self.type} #{self.instance} on {self.table}: {self.state}>"
@@ -358,10 +361,10 @@ class Operations:
         """Register, on ``processor``, the handlers of every registered operation's
         partition jobs and coordinator."""
         for op in self.kinds.values():
-            processor.handler(partition_type(op.type), timeout=op.job_timeout, retry=op.retry)(self._job_handler(op))
-            processor.handler(coordinator_type(op.type), timeout=op.job_timeout, retry=COORDINATOR_RETRY)(
-                self._coordinator_handler(op)
-            )
+            processor.handler(partition_type(op.type), timeout=op.job_timeout, retry=op.retry,
+                              on_lost=self._job_lost(op))(self._job_handler(op))
+            processor.handler(coordinator_type(op.type), timeout=op.job_timeout, retry=COORDINATOR_RETRY,
+                              on_lost=_coordinator_lost(op))(self._coordinator_handler(op))
 
     def _job_handler(self, op: Operation):
         def handle(ctx: Context):
@@ -392,6 +395,22 @@ class Operations:
 
         return handle
 
+    def _job_lost(self, op: Operation):
+        """``on_lost`` of the partition jobs: a job that lost too many workers fails its
+        partition with the reason, as an unexpected error on its last attempt does (the
+        operation then fails, whether or not it ``can_fail``: nothing would complete it)."""
+
+        def lost(ctx: Context, reason: str):
+            table, instance, part = ctx.data["table"], ctx.data["instance"], ctx.data["partition"]
+            record = run_transaction(self.db, lambda tr: _read(tr, _op_key(table, op.type, instance)))
+            if record is None or record["state"] != "running":
+                return
+            op.cancel_job_and_cleanup(record["arg"], table, part)
+            ran_on = ctx.data.get("ran_on", [])
+            ctx.on_commit(lambda tr: _mark_job(tr, table, op.type, instance, part, False, {"reason": reason}, ran_on))
+
+        return lost
+
     def _coordinator_handler(self, op: Operation):
         def complete(ctx: Context):
             table, instance = ctx.data["table"], ctx.data["instance"]
@@ -418,6 +437,28 @@ class Operations:
             return {"state": final}
 
         return complete
+
+
+def _coordinator_lost(op: Operation):
+    """``on_lost`` of the coordinators: one that lost too many workers cannot fail the
+    operation (its completion code may have run in part), so the operation is marked stuck
+    with the reason (``OperationStatus.stuck``); it stays running until cancelled, which
+    enqueues the coordinator again."""
+
+    def lost(ctx: Context, reason: str):
+        table, instance = ctx.data["table"], ctx.data["instance"]
+        ctx.on_commit(lambda tr: _mark_stuck(tr, table, op.type, instance, reason))
+
+    return lost
+
+
+def _mark_stuck(tr, table: str, type: str, instance: int, reason: str) -> None:
+    """IF the operation has not completed THEN record why its coordinator gave up."""
+    record = _read(tr, _op_key(table, type, instance))
+    if record is None or record["state"] in FINAL:
+        return
+    record["stuck"] = f"its coordinator failed: {reason}; cancel the operation to end it"
+    tr.set(_op_key(table, type, instance), _dumps(record))
 
 
 def _declare_types(tr, op: Operation) -> None:

@@ -53,6 +53,7 @@ from monitor import ActivityMonitor
 
 from . import behaviors
 from .context import AsyncContext, Context, Run
+from .errors import WorkerLost
 from .feed import Feed
 from .finishes import Finishes
 from .interrupt import Interruptible
@@ -66,6 +67,7 @@ STOP_WAIT = 10.0  # how long a stopping processor waits for halted sync handlers
 LOST_CHECK = 0.05  # least time between two checks of the held jobs (rate limit under load)
 TICK = 0.05  # how often the event loop looks at stop(), dead lanes and late outcomes
 PREFETCH = 32  # most jobs accepted in one transaction (see feed.py)
+MAX_LOST = 3  # lost workers after which a job is failed rather than run again (a poison job)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Handler:
     every: float | None
     interrupt: bool
     is_async: bool
+    max_lost: int = MAX_LOST
+    on_lost: object = None  # fn(ctx, reason) run instead of the handler once max_lost is reached
 
 
 class Processor:
@@ -113,13 +117,18 @@ class Processor:
     # --- registration --------------------------------------------------------------------
 
     def handler(self, type: str, *, timeout: float | None = None, retry=None, every: float | None = None,
-                interrupt: bool = True):
+                interrupt: bool = True, max_lost: int = MAX_LOST, on_lost=None):
         """Register the decorated function (sync or async; it gets a Context) for jobs of
         ``type``.  ``timeout``: the type timeout in seconds, set in the store when the
         processor starts (None: use the one already set).  ``retry``: a Retry or a number
         of attempts (default: one attempt).  ``every``: a recurring job, run again that
         many seconds after each run.  ``interrupt=False``: a sync handler is never
-        interrupted when its job is lost, only told (``ctx.halted``)."""
+        interrupted when its job is lost, only told (``ctx.halted``).  ``max_lost``: a
+        job whose run lost that many workers (killed, or silent for a type timeout: the
+        activity monitor counts them) is not run again but finished failed, as after its
+        last attempt, with ``worker lost N times; last worker HOST/PID at TIME``;
+        ``on_lost(ctx, reason)``, if given, runs then instead of the handler (sync, on a
+        lane; its ``ctx.on_commit`` writes commit with the failed finish)."""
         checks.name(type, "type")
         if type in self._handlers:
             raise ValueError(f"a handler for type {type!r} is already registered")
@@ -128,12 +137,17 @@ class Processor:
             raise ValueError("timeout must be more than 0 seconds")
         every = checks.optional_seconds(every, "every")
         retry = behaviors.as_retry(retry)
+        if isinstance(max_lost, bool) or not isinstance(max_lost, int) or max_lost < 1:
+            raise ValueError(f"max_lost must be an int >= 1, not {max_lost!r}")
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost for {type!r} must be callable")
 
         def register(fn):
             if not callable(fn):
                 raise TypeError(f"handler for {type!r} must be callable")
             is_async = inspect.iscoroutinefunction(fn)
-            self._handlers[type] = Handler(type, fn, timeout, retry, every, bool(interrupt), is_async)
+            self._handlers[type] = Handler(type, fn, timeout, retry, every, bool(interrupt), is_async, max_lost,
+                                           on_lost)
             self._declared = False
             return fn
 
@@ -306,6 +320,9 @@ class Processor:
                 self.stats["halted"] += 1
                 return
             run.started = True
+            if run.job.lost is not None and run.job.lost.count >= handler.max_lost:
+                self._give_up(run, handler)  # a poison job: running it would kill this worker too
+                return
             began = time.monotonic()
             if handler.is_async:
                 result, error, cancelled = anyio.from_thread.run(self._call_async, run, handler, token=self._token)
@@ -365,6 +382,25 @@ class Processor:
             return False
         return True
 
+    def _give_up(self, run: Run, handler: Handler) -> None:
+        """Finish a job whose run lost ``max_lost`` workers as failed, as after its last
+        attempt, with the reason; the handler is not called (``on_lost`` is, if given)."""
+        error = WorkerLost(behaviors.lost_error(run.job.lost))
+        log.error("job %s/%s: %s: failing it", run.job.type, run.job.id, error)
+        try:
+            if handler.on_lost is not None:
+                handler.on_lost(Context(run), str(error))
+        except Exception:  # noqa: BLE001 - the job fails all the same; its writes are dropped
+            log.exception("job %s/%s: on_lost failed", run.job.type, run.job.id)
+            run.on_commit.clear()
+        outcome = behaviors.after_failure(run.job.data, error, behaviors.LAST_ATTEMPT, handler.every)
+        try:
+            written = self._write(run, outcome, run.on_commit)
+        except _HookFailed:  # the job fails all the same, without on_lost's writes
+            log.exception("job %s/%s: on_lost's on_commit failed", run.job.type, run.job.id)
+            written = self._write(run, outcome)
+        self.stats[_kind(error, outcome, handler) if written else "halted"] += 1
+
     def _write_alone(self, run: Run, handler: Handler, outcome: behaviors.Outcome) -> bool:
         """Write an outcome with its ``on_commit`` writes in a transaction of its own."""
         try:
@@ -402,7 +438,7 @@ class Processor:
             def body(tr):
                 if outcome.again_at is not None:  # finish then makes it pending at that time
                     jobs.resubmit(tr, job, scheduled_time=outcome.again_at)
-                if jobs.finish(tr, job, outcome.data):  # False: committed already (1021)
+                if jobs.finish(tr, job, outcome.data, failed=outcome.failed):  # False: committed already (1021)
                     for fn in hooks:
                         try:
                             fn(tr)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.codec import Row, decode_row, encode_row, encode_stamped_row
+from jobs.codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from jobs.engine import Versionstamp
 from jobs.engine import tuple as fdb_tuple
 from jobs.errors import StoreError
@@ -43,6 +43,21 @@ def test_stamped_rows_encode_as_the_tuple_layer_does(row, user_version):
     seq = Versionstamp(user_version=user_version)
     fields = (seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock)
     assert encode_stamped_row(row, seq) == tuple_layer_bytes(fields) + (1).to_bytes(4, "little")
+
+
+losts = st.none() | st.builds(Lost, st.integers(1, 2**40), st.none() | st.text(max_size=20), doubles)
+rows_with_workers = st.builds(Row, st.one_of(st.none(), complete_seq), maybe_bytes, doubles, st.booleans(),
+                              st.binary(max_size=50), maybe_bytes, st.none() | st.text(max_size=20), losts)
+
+
+@given(rows_with_workers)
+def test_rows_with_worker_and_lost_encode_as_the_tuple_layer_does_and_read_back(row):
+    raw = encode_row(row)
+    head = (row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock)
+    fields = head if row.worker is None and row.lost is None else (*head, row.worker, row.lost)
+    assert raw == tuple_layer_bytes(fields)  # six fields while both are None: layout 1's rows
+    assert fdb_tuple.unpack(raw) == fields
+    assert decode_row(raw) == row
 
 
 def test_five_field_rows_as_couch_jobs_writes_them_still_read():
