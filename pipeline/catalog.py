@@ -52,6 +52,7 @@ import time
 import uuid
 from dataclasses import replace as _replace
 
+from jobs import checks
 from jobs.checks import ArgumentTypeError
 from jobs.engine.transactional import is_database, within
 
@@ -78,6 +79,7 @@ from .records import (
     decode_database,
     decode_partition,
     decode_table,
+    decode_trash,
     encode_database,
     encode_partition,
     encode_table,
@@ -780,22 +782,23 @@ def remove_directory(location: str) -> None:
         os.remove(location)
 
 
-def collect_garbage(db, *, remove=remove_directory, limit: int | None = None) -> list[str]:
-    """Delete the locations in the trash (with ``remove(location)``, default
-    :func:`remove_directory`) and forget them, a batch at a time; at most ``limit`` (None:
-    all).  Takes a database: it runs its own transactions, and deletes files only for
-    entries whose change has committed.  Returns the locations deleted.  Safe to run
-    concurrently and to repeat: an error from ``remove`` stops it after forgetting the
-    locations already deleted, and leaves the rest for the next run."""
+def collect_garbage(db, *, remove=remove_directory, limit: int | None = None, grace: float = 0.0) -> list[str]:
+    """Delete the locations trashed more than ``grace`` seconds ago (0: all of them; a
+    reader that looked up data before it was dropped may still read it for that long)
+    with ``remove(location)``, default :func:`remove_directory`, and forget them, a batch
+    at a time; at most ``limit`` (None: all).  Takes a database: it runs its own
+    transactions, and deletes files only for entries whose change has committed.  Returns
+    the locations deleted.  Safe to run concurrently and to repeat: an error from
+    ``remove`` stops it after forgetting the locations already deleted, and leaves the
+    rest for the next run.  ``pipeline.collector`` runs it as a recurring job."""
     if not is_database(db):
         raise ArgumentTypeError("collect_garbage deletes files between transactions: pass a database, not a transaction")
     limit = schema.count(limit, "limit", optional=True)
+    cutoff = time.time() - checks.seconds(grace, "grace")
     deleted: list[str] = []
-    while limit is None or len(deleted) < limit:
-        want = GARBAGE_BATCH if limit is None else min(GARBAGE_BATCH, limit - len(deleted))
-        batch = get_trash(db, limit=want)
-        if not batch:
-            break
+    for batch in _due_batches(db, cutoff):
+        if limit is not None:
+            batch = batch[: limit - len(deleted)]
         done = []
         try:
             for location in batch:
@@ -805,4 +808,21 @@ def collect_garbage(db, *, remove=remove_directory, limit: int | None = None) ->
             if done:
                 _in(db, lambda tr: [tr.clear(layout.trash_key(loc)) for loc in done])
             deleted += done
+        if limit is not None and len(deleted) >= limit:
+            break
     return deleted
+
+
+def _due_batches(db, cutoff: float):
+    """The trash read a page of GARBAGE_BATCH entries per transaction, in key order (so
+    entries too young to delete are passed over, not read again): for each page, the
+    locations trashed at or before ``cutoff``."""
+    begin, end = layout.span(layout.TRASH)
+    while True:
+        page = _in(db, lambda tr: [(bytes(k), bytes(v)) for k, v in tr.get_range(begin, end, limit=GARBAGE_BATCH)])
+        due = [layout.TRASH.unpack(k)[0] for k, v in page if decode_trash(v, f"trash entry {k!r}") <= cutoff]
+        if due:
+            yield due
+        if len(page) < GARBAGE_BATCH:
+            return
+        begin = page[-1][0] + b"\x00"  # the first key after the page

@@ -164,3 +164,15 @@ def decode_partition(raw: bytes, where: str) -> Partition:
 
 def encode_trash(what: str, since: float) -> bytes:
     return orjson.dumps({"what": what, "since": since})
+
+
+def decode_trash(raw: bytes, where: str) -> float:
+    """When the trash entry's location was trashed (seconds since the epoch)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CatalogStoreError(f"{where} is corrupt: {exc}") from exc
+    since = data.get("since") if isinstance(data, dict) else None
+    if not isinstance(since, _NUM) or isinstance(since, bool):
+        raise CatalogStoreError(f"{where} is corrupt: no time it was trashed in {raw[:200]!r}")
+    return since
