@@ -22,7 +22,8 @@ Model (see ``layout.py`` for the keys):
 
 * A **database** has a data directory and a ``published`` flag.  Readers (queries and
   operations: :func:`list_databases`, :func:`get_table`, :func:`list_tables`) see published
-  databases only unless they pass ``published_only=False`` (ingest does).
+  databases only unless they pass ``published_only=False`` (ingest does).  It is published
+  once, when no *writer* (:func:`open_writer`: an ingest super-transaction) is open.
 * A **table** name maps to at most one *committed* version; any number of *staged*
   versions wait beside it, invisible to readers, until :func:`commit_table` makes one the
   committed version (replacing the old one if it was staged with ``replace=True``) or
@@ -58,6 +59,7 @@ from jobs.engine.transactional import is_database, within
 
 from . import layout, schema
 from .errors import (
+    DatabaseBusy,
     DatabaseExists,
     DatabaseNotEmpty,
     DatabaseNotFound,
@@ -80,10 +82,12 @@ from .records import (
     decode_partition,
     decode_table,
     decode_trash,
+    decode_writer,
     encode_database,
     encode_partition,
     encode_table,
     encode_trash,
+    encode_writer,
 )
 
 __all__ = [
@@ -107,6 +111,9 @@ __all__ = [
     "list_databases",
     "list_staged_tables",
     "list_tables",
+    "close_writer",
+    "get_writers",
+    "open_writer",
     "publish_database",
     "publish_partitions",
     "remove_directory",
@@ -343,9 +350,11 @@ def list_databases(tr, *, published_only: bool = True) -> list[Database]:
 
 
 def publish_database(tr, name: str) -> Database:
-    """Make the database visible to readers (a no-op if it already is).  Raises
-    DatabaseNotFound, and PartitionBusy while one of its tables holds staged partition data
-    (an ingest transaction not yet ended)."""
+    """Make the database visible to readers (a no-op if it already is): the one way a
+    database is published (``pipeline.ingest.publish_database`` adds the ingest
+    prerequisites and calls it).  Raises DatabaseNotFound; DatabaseBusy, naming them, while
+    writers are open (:func:`open_writer`: STARTED ingest super-transactions); PartitionBusy
+    while one of its tables holds staged partition data."""
     schema.name(name, "database name")
     begin, end = layout.span(layout.STAGED_PARTITIONS, name)
 
@@ -353,6 +362,11 @@ def publish_database(tr, name: str) -> Database:
         db = _database_or_raise(tr, name)
         if db.published:
             return db
+        writers = _writers(tr, name)  # a conflicting read: no writer opens while this commits
+        if writers:
+            shown = ", ".join(writers[:10]) + (f" and {len(writers) - 10} more" if len(writers) > 10 else "")
+            raise DatabaseBusy(f"database {name!r} cannot be published while data is being written into it "
+                               f"({shown} open): end or abort them first")
         for key, _value in tr.get_range(begin, end, limit=1):
             table, _id, pid = layout.STAGED_PARTITIONS.unpack(key)[1:]
             raise PartitionBusy(
@@ -364,6 +378,41 @@ def publish_database(tr, name: str) -> Database:
         return published
 
     return _in(tr, body)
+
+
+def open_writer(tr, database: str, tag: str, what: str) -> None:
+    """Record that ``tag`` (e.g. ``ingest-3``) writes into the unpublished ``database``,
+    ``what`` naming it for people (``super-transaction 3``): the database cannot be
+    published until :func:`close_writer`.  Call it in the transaction that checked the
+    database is unpublished (publishing writes the record that check reads, so the two
+    serialise).  Idempotent.  Raises DatabaseNotFound."""
+    schema.name(database, "database name")
+    tag = schema.token(tag, "tag")
+    if not isinstance(what, str) or not what:
+        raise ArgumentTypeError(f"what must be a non-empty str, not {what!r}")
+
+    def body(tr):
+        _database_or_raise(tr, database)
+        tr.set(layout.writer_key(database, tag), encode_writer(what, time.time()))
+
+    _in(tr, body)
+
+
+def close_writer(tr, database: str, tag: str) -> None:
+    """Forget writer ``tag`` of ``database`` (its work ended, or was aborted).  Idempotent."""
+    schema.name(database, "database name")
+    tag = schema.token(tag, "tag")
+    _in(tr, lambda tr: tr.clear(layout.writer_key(database, tag)))
+
+
+def get_writers(tr, database: str) -> list[str]:
+    """What the open writers of ``database`` are, as they named themselves, by tag."""
+    schema.name(database, "database name")
+    return _in(tr, lambda tr: _writers(tr, database))
+
+
+def _writers(tr, database: str) -> list[str]:
+    return [decode_writer(v, f"writer record {k!r}") for k, v in tr.get_range(*layout.span(layout.WRITERS, database))]
 
 
 def drop_database(tr, name: str, *, cascade: bool = False) -> Database:

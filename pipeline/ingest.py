@@ -19,7 +19,9 @@ Model:
   number of each row), ``0`` for a regular table (one partition).
 * A **super-transaction** belongs to one database; states STARTED, then FINISHED or
   ABORTED.  Tables can be registered only while no transaction of the database is
-  STARTED; the database can be published only when none is.
+  STARTED; the database can be published only when none is (each STARTED transaction is a
+  catalog *writer* of the database, so ``pipeline.publish_database`` refuses too), and a
+  published database takes no more data: loads and normal ends are refused.
 * A **load** is a queue job (type ``ingest.load``) that parses one CSV/TSV file of one
   chunk of one table (``pipeline.ingest_files``) and writes it as a Parquet *piece* under
   the table's hidden per-transaction area (``<table location>/.ingest-<tid>/``), a new
@@ -326,6 +328,18 @@ def _started(tr, tid: int) -> dict:
     return rec
 
 
+def _writable(tr, tid: int) -> dict:
+    """The record of STARTED transaction ``tid`` whose database is not published: what a
+    load and a normal end need.  (A store written before publishing checked the catalog's
+    writers may hold a STARTED transaction of a published database: it can only be
+    aborted.)"""
+    rec = _started(tr, tid)
+    if catalog.get_database(tr, rec["database"]).published:
+        raise DatabasePublished(f"super-transaction {tid} cannot write into database {rec['database']!r}: it is "
+                                "published, and published databases take no more data (abort the transaction)")
+    return rec
+
+
 def _open_ids(tr, database: str, limit: int = 0) -> list[int]:
     begin, end = layout.span(OPEN, database)
     return [OPEN.unpack(k)[1] for k, _v in tr.get_range(begin, end, limit=limit)]
@@ -475,9 +489,12 @@ def register_table(tr, database: str, name: str, table_schema: list[dict], *,
 
 
 def publish_database(tr, name: str) -> Database:
-    """Publish the database: from now on queries and operations see it.  Raises
-    DatabaseNotFound, DatabasePublished (already published), TransactionsOpen (some
-    super-transaction of it is still STARTED)."""
+    """Publish the database: from now on queries and operations see it, and it takes no
+    more data (no transaction begins, no load runs, no transaction ends normally).  The
+    seed's prerequisites, then :func:`catalog.publish_database` (which alone refuses open
+    transactions too: ``pipeline.publish_database``).  Raises DatabaseNotFound (also when
+    not registered for ingest), DatabasePublished (already published), TransactionsOpen
+    (some super-transaction of it is still STARTED, named)."""
     schema.name(name, "database name")
     done: list[Database] = []
 
@@ -594,6 +611,7 @@ def begin_transaction(tr, database: str) -> Transaction:
         tr.set(LAST_TID_KEY, fdb_tuple.pack((tid,)))
         tr.set(TRANSACTIONS.pack((tid,)), _json(rec))
         tr.set(OPEN.pack((database, tid)), b"")
+        catalog.open_writer(tr, database, _tag(tid), f"super-transaction {tid}")  # holds off publishing
         drawn[:] = [tid]
         return _transaction(rec)
 
@@ -625,8 +643,9 @@ def end_transaction(db, tid: int, *, commit: bool = True) -> Transaction:
     loads are removed, halting running ones, and its data goes to the trash).  Takes a
     database: committing builds partition directories between store transactions.
 
-    Raises TransactionNotFound, TransactionStateError (not STARTED), LoadsInProgress
-    (commit while loads are pending or running), TableNotFound (a table it loaded was
+    Raises TransactionNotFound, TransactionStateError (not STARTED), DatabasePublished
+    (commit into a published database), LoadsInProgress (commit while loads are pending or
+    running), TableNotFound (a table it loaded was
     dropped meanwhile: abort it).  Safe to retry: a retry after an unknown commit result
     returns the ended transaction."""
     if not is_database(db):
@@ -675,7 +694,7 @@ def _plan(tr, tid: int, nonce: str):
     mine = _closed_by_me(rec, nonce)
     if mine is not None:
         return mine
-    _started(tr, tid)
+    _writable(tr, tid)
     _refuse_active_loads(tr, tid, _loads(tr, tid))
     return _chunks(tr, rec["database"], tid)
 
@@ -729,7 +748,7 @@ def _finish(tr, tid: int, nonce: str, plan: list[_Chunk], built: dict) -> Transa
     mine = _closed_by_me(rec, nonce)
     if mine is not None:
         return mine
-    _started(tr, tid)
+    _writable(tr, tid)
     loads = _loads(tr, tid)
     _refuse_active_loads(tr, tid, loads)
     now_plan = _chunks(tr, rec["database"], tid)
@@ -784,6 +803,7 @@ def _close(tr, rec: dict, tid: int, loads: dict, state: str, nonce: str, rows: i
     for space in (BUILDS, PIECES, LOADS):
         tr.clear_range(*layout.span(space, tid))
     tr.clear(OPEN.pack((database, tid)))
+    catalog.close_writer(tr, database, _tag(tid))
     rec = {**rec, "state": state, "ended": time.time(), "rows": rows, "files": files, "closed_by": nonce}
     tr.set(TRANSACTIONS.pack((tid,)), _json(rec))
 
@@ -809,7 +829,7 @@ def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str |
     LoadFailed if it failed.
 
     Raises (before anything is written) TransactionNotFound, TransactionStateError,
-    TableNotFound (not a table of the transaction's database), InvalidChunk, LoadFileError
+    DatabasePublished, TableNotFound (not a table of the transaction's database), InvalidChunk, LoadFileError
     (no readable file at ``path``), ValueError."""
     if not is_database(db):
         raise ArgumentTypeError("load_chunk returns a future that follows the job: pass a database, not a transaction")
@@ -825,7 +845,7 @@ def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str |
     job_id = load_job_id(tid, table, chunk, path)
 
     def body(tr):
-        rec = _started(tr, tid)
+        rec = _writable(tr, tid)
         t = _loadable(catalog.get_table(tr, rec["database"], table, published_only=False))
         _table_chunk(t, chunk)
         try:
@@ -867,7 +887,7 @@ def load_handler(db):
     def handle(ctx):
         p = ctx.data
         tid, chunk = p["tid"], p["chunk"]
-        _in(db, lambda tr: _started(tr, tid))
+        _in(db, lambda tr: _writable(tr, tid))
         table = catalog.get_table(db, p["database"], p["table"], published_only=False)
         if table.id != p["table_id"]:
             raise TableNotFound(f"table {table.qualified_name} was dropped or replaced since the load was submitted")
@@ -879,7 +899,7 @@ def load_handler(db):
         key = PIECES.pack((tid, table.name, chunk, ctx.job_id))
 
         def register(tr):  # with the job's finish: exactly once, only while the job is ours
-            _started(tr, tid)
+            _writable(tr, tid)
             if catalog.get_table(tr, table.database, table.name, published_only=False).id != table.id:
                 raise TableNotFound(f"table {table.qualified_name} was dropped or replaced while loading")
             tr.set(key, value)

@@ -24,6 +24,7 @@ from pipeline import catalog, collector, layout
 from pipeline.errors import (
     CatalogLayoutError,
     CatalogStoreError,
+    DatabaseBusy,
     DatabaseExists,
     DatabaseNotEmpty,
     DatabaseNotFound,
@@ -186,6 +187,25 @@ def test_publish_waits_for_staged_partition_data(cdb, root):
     with pytest.raises(PartitionBusy, match="partition 1 of table 'objects' has staged data"):
         pipeline.publish_database(cdb, "sky")
     pipeline.publish_partitions(cdb, table, tag="t1")
+    assert pipeline.publish_database(cdb, "sky").published
+
+
+def test_publish_waits_for_open_writers(cdb, root, commit_version):
+    make_db(cdb, root)
+    with pytest.raises(DatabaseNotFound):
+        pipeline.open_writer(cdb, "nope", "ingest-1", "super-transaction 1")
+    for _ in range(2):  # idempotent
+        pipeline.open_writer(cdb, "sky", "ingest-1", "super-transaction 1")
+    pipeline.open_writer(cdb, "sky", "ingest-2", "super-transaction 2")
+    assert pipeline.get_writers(cdb, "sky") == ["super-transaction 1", "super-transaction 2"]
+    with NothingWritten(cdb, commit_version), pytest.raises(
+            DatabaseBusy, match=r"'sky' cannot be published .* \(super-transaction 1, super-transaction 2 open\)"):
+        pipeline.publish_database(cdb, "sky")
+    for _ in range(2):
+        pipeline.close_writer(cdb, "sky", "ingest-1")
+    with pytest.raises(DatabaseBusy, match=r"\(super-transaction 2 open\)"):
+        pipeline.publish_database(cdb, "sky")
+    pipeline.close_writer(cdb, "sky", "ingest-2")
     assert pipeline.publish_database(cdb, "sky").published
 
 

@@ -18,6 +18,7 @@ import pipeline
 from jobs.engine import FDBError
 from pipeline import ingest
 from pipeline.errors import (
+    DatabaseBusy,
     DatabaseExists,
     DatabaseNotFound,
     DatabaseNotPublished,
@@ -38,7 +39,7 @@ from pipeline.errors import (
 )
 from pipeline.ingest_files import write_piece
 from pipeline.runtime import table_partitions
-from processors import Processor
+from processors import Processor, TaskFailed
 from waiting import DEADLINE, running, wait_until
 
 OBJ = [
@@ -278,6 +279,76 @@ def test_register_prerequisites(sky, tmp_path, commit_version):
         ingest.register_table(db, "sky", "t", FILTERS)
     assert same()
     assert issubclass(DatabasePublished, IngestError) and issubclass(IngestError, PipelineError)
+
+
+def test_publishing_refuses_open_super_transactions_on_every_path(sky, tmp_path, commit_version):
+    """pipeline.publish_database published with a transaction open, and its loads and end
+    then went into the published database: one publish path now refuses, naming them."""
+    db = sky
+    txn, other = ingest.begin_transaction(db, "sky"), ingest.begin_transaction(db, "sky")
+    with running(worker(db)):
+        ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1, 2], 1)), wait=True)
+    assert pipeline.get_writers(db, "sky") == [f"super-transaction {txn.id}", f"super-transaction {other.id}"]
+    same = nothing_written(commit_version)
+    with pytest.raises(DatabaseBusy, match=rf"super-transaction {txn.id}, super-transaction {other.id} open"):
+        pipeline.publish_database(db, "sky")
+    with pytest.raises(TransactionsOpen, match=rf"\({txn.id}, {other.id}\)") as caught:
+        ingest.publish_database(db, "sky")
+    assert isinstance(caught.value, DatabaseBusy)
+    assert same() and not pipeline.get_database(db, "sky").published
+    ingest.end_transaction(db, txn.id)
+    with pytest.raises(DatabaseBusy, match=rf"super-transaction {other.id} open"):
+        pipeline.publish_database(db, "sky")
+    ingest.end_transaction(db, other.id, commit=False)
+    assert pipeline.get_writers(db, "sky") == []
+    assert pipeline.publish_database(db, "sky").published
+    assert ids_of(table_rows(db)) == {1: [1, 2]} and table_partitions(db, "sky.obj") == ["1"]
+    with pytest.raises(DatabasePublished):
+        ingest.begin_transaction(db, "sky")
+
+
+def test_publish_and_begin_forced_to_interleave_serialise(sky):
+    """Both read before either commits: the second to commit is retried and refused."""
+    db = sky
+
+    def publish(tr):
+        return pipeline.publish_database(tr, "sky")
+
+    def begin(tr):
+        return ingest.begin_transaction(tr, "sky")
+
+    with pytest.raises(DatabasePublished):
+        interleaved(db, publish, begin)
+    assert pipeline.get_database(db, "sky").published and ingest.list_transactions(db) == []
+    ingest.register_database(db, "sky2", chunks=2, location=str(pipeline.get_database(db, "sky").location) + "2")
+    with pytest.raises(DatabaseBusy, match="super-transaction 1 open"):
+        interleaved(db, lambda tr: ingest.begin_transaction(tr, "sky2"), lambda tr: pipeline.publish_database(tr, "sky2"))
+    assert not pipeline.get_database(db, "sky2").published
+    assert [t.state for t in ingest.list_transactions(db, "sky2")] == ["STARTED"]
+
+
+def test_a_published_database_takes_no_more_data(sky, tmp_path, commit_version):
+    """A STARTED transaction of a published database (a store written before publishing
+    checked the catalog's writers): no load, placement or normal end; an abort only."""
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    queued = ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1], 1)))
+    pipeline.close_writer(db, "sky", f"ingest-{txn.id}")  # as such a store has no writer record
+    pipeline.publish_database(db, "sky")
+    ingest.register_worker(db, "w1")
+    late = write(tmp_path, "b.csv", obj_rows([2], 1))
+    same = nothing_written(commit_version)
+    for call in (lambda: ingest.load_chunk(db, txn.id, "obj", 1, late), lambda: ingest.end_transaction(db, txn.id),
+                 lambda: ingest.chunk_placement(db, txn.id, 1)):
+        with pytest.raises(DatabasePublished, match="'sky'.* published"):
+            call()
+    assert same()
+    with running(worker(db)):  # the load queued before the publish fails when it runs
+        with pytest.raises(TaskFailed) as caught:
+            queued.result(DEADLINE)
+    assert caught.value.error["type"] == "DatabasePublished"
+    assert ingest.end_transaction(db, txn.id, commit=False).state == "ABORTED"
+    assert table_rows(db) == {} and pipeline.get_partitions(db, pipeline.get_table(db, "sky", "obj")) == []
 
 
 def test_placement_and_load_prerequisites(sky, tmp_path, commit_version):
