@@ -36,13 +36,18 @@ Model:
   and the transaction's area, and marks it FINISHED.  Readers see all of its chunks or
   none.  It refuses while loads are pending or running.  **Aborting** removes its load
   jobs (a running one is halted and registers nothing), trashes its area, and marks it
-  ABORTED: nothing of it remains once ``catalog.collect_garbage`` ran.
+  ABORTED: nothing of it remains once the collector (``pipeline.collector``) deleted
+  its trash.
 * **Placement**: a chunk's worker is assigned once per (database, chunk), in a store
   transaction that reads the assignment first, so concurrent requests agree (the loser
   of a conflict is retried and reads the winner's answer).  New chunks go to the worker
   that already holds the same chunk number in another database (collocation), else to the
   worker with the fewest chunks of the database.  Workers are the names processors
-  register with :func:`attach` (default: the host name).  The hint is advisory: loads are
+  register with :func:`attach` (default: the host name), and only live ones count (for
+  hints and new placements): a registration lives ``ttl`` seconds after its last
+  heartbeat, which the processor sends while it serves.  A chunk placed earlier keeps its
+  worker, live or not (the seed: "where the new chunk will be placed, or where it's
+  already located").  The hint is advisory: loads are
   queue jobs that any processor may run, and data lives on a filesystem all workers share;
   on one machine there is one worker and every chunk is placed on it.
 
@@ -53,7 +58,7 @@ Key layout (this module is the only one that knows it), under ``("ingest",)``::
     ("ingest", "last_tid")                        = the last transaction id, tuple-packed
     ("ingest", "txn", Tid)                        = Transaction (JSON, plus nonces)
     ("ingest", "open", Db, Tid)                   = ''  STARTED transactions of Db
-    ("ingest", "worker", Name)                    = {"threads", "since"}
+    ("ingest", "worker", Name)                    = {"threads", "since", "seen", "ttl"}
     ("ingest", "placement", Db, Chunk)            = worker name (UTF-8)
     ("ingest", "chunk", Chunk, Db)                = worker name: the chunk across databases
     ("ingest", "placed", Db, Worker)              = chunks of Db placed there (atomic add, LE64)
@@ -79,8 +84,8 @@ from dataclasses import dataclass
 import orjson
 
 import jobs
+from jobs import checks, prefixes
 from jobs.checks import ArgumentTypeError
-from jobs import prefixes
 from jobs.engine import Subspace
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import is_database, within
@@ -134,6 +139,9 @@ LOAD_TYPE = "ingest.load"
 LOAD_TIMEOUT = 60.0  # type timeout of load jobs (the processor heartbeats 3 times per timeout)
 STARTED, FINISHED, ABORTED = "STARTED", "FINISHED", "ABORTED"
 BUILD_ATTEMPTS = 5  # end_transaction rebuilds when a chunk changed under it (another end)
+WORKER_TTL = 30.0  # seconds a worker registration lives after its last heartbeat
+HEARTBEATS_PER_TTL = 3  # two may be late before the registration expires
+clock = time.time  # the time registrations are measured with (seconds since the epoch; tests set it)
 
 ROOT = Subspace(prefixes.INGEST)
 META = ROOT["meta"]
@@ -190,9 +198,17 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Worker:
+    """A registered ingest worker: live until ``seen + ttl`` (its last heartbeat plus its
+    registration's time to live), registered since ``since``."""
+
     name: str
     threads: int
     since: float
+    seen: float = 0.0
+    ttl: float = 0.0
+
+    def live(self, now: float) -> bool:
+        return now < self.seen + self.ttl
 
 
 def _json(value) -> bytes:
@@ -355,12 +371,24 @@ def _refuse_open(tr, database: str, doing: str) -> None:
 
 
 def _workers(tr) -> list[Worker]:
+    """The live workers (registrations not expired), by name."""
     begin, end = layout.span(WORKERS)
+    now = clock()
     out = []
     for k, v in tr.get_range(begin, end):
-        rec = _decode(v, f"ingest worker record {k!r}")
-        out.append(Worker(WORKERS.unpack(k)[0], int(rec["threads"]), rec["since"]))
+        worker = _worker(WORKERS.unpack(k)[0], _decode(v, f"ingest worker record {k!r}"))
+        if worker.live(now):
+            out.append(worker)
     return out
+
+
+def _worker(name: str, rec: dict) -> Worker:
+    """A worker from its record; one an older release wrote (no heartbeat: no ``seen``)
+    has expired."""
+    try:
+        return Worker(name, int(rec["threads"]), rec["since"], rec.get("seen", 0.0), rec.get("ttl", 0.0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IngestStoreError(f"ingest worker record {name!r} is corrupt: {rec!r:.200}") from exc
 
 
 def _hints(tr) -> Hints:
@@ -515,25 +543,38 @@ def publish_database(tr, name: str) -> Database:
 # --- workers and placement -----------------------------------------------------------------
 
 
-def register_worker(tr, name: str, *, threads: int = 1) -> Worker:
-    """Register (or update) an ingest worker: a name chunks are placed on, with its number
-    of loading threads (for the hints of new transactions)."""
+def register_worker(tr, name: str, *, threads: int = 1, ttl: float = WORKER_TTL) -> Worker:
+    """Register an ingest worker (a name chunks are placed on, with its number of loading
+    threads, for the hints of new transactions), or renew its registration: it lives
+    ``ttl`` seconds, so call this again sooner (a heartbeat: :func:`attach` makes the
+    processor do it) to stay registered.  Times are the machines' clocks: keep them in
+    step to well within ``ttl``."""
     schema.token(name, "worker name")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an int >= 1, not {threads!r}")
-    worker = Worker(name, threads, time.time())
-    _in(tr, lambda tr: tr.set(WORKERS.pack((name,)), _json({"threads": threads, "since": worker.since})))
-    return worker
+    ttl = checks.seconds(ttl, "ttl", positive=True)
+    key = WORKERS.pack((name,))
+
+    def body(tr):
+        now = clock()
+        raw = layout.read(tr.snapshot, key)  # only to keep `since`: renewals must not conflict
+        old = None if raw is None else _worker(name, _decode(raw, f"ingest worker record {name!r}"))
+        since = old.since if old is not None and old.live(now) else now
+        tr.set(key, _json({"threads": threads, "since": since, "seen": now, "ttl": ttl}))
+        return Worker(name, threads, since, now, ttl)
+
+    return _in(tr, body)
 
 
 def unregister_worker(tr, name: str) -> None:
-    """Forget a worker: no new chunk is placed on it (chunks placed there keep their hint)."""
+    """Forget a worker: no new chunk is placed on it (chunks placed there keep their
+    placement).  A processor that :func:`attach` registered does it when it stops."""
     schema.token(name, "worker name")
     _in(tr, lambda tr: tr.clear(WORKERS.pack((name,))))
 
 
 def list_workers(tr) -> list[Worker]:
-    """The registered workers, sorted by name."""
+    """The live workers (registered, not expired), sorted by name."""
     return _in(tr, _workers)
 
 
@@ -556,8 +597,9 @@ def chunk_placement(tr, tid: int, chunk: int) -> Placement:
             return Placement(database, chunk, placed.decode())
         names = [w.name for w in _workers(tr.snapshot)]
         if not names:
-            raise NoIngestWorkers(f"chunk {chunk} of {database!r} cannot be placed: no ingest worker is registered "
-                                  "(start a processor with pipeline.ingest.attach())")
+            raise NoIngestWorkers(f"chunk {chunk} of {database!r} cannot be placed: no live ingest worker (none "
+                                  "registered, or their registrations expired: start a processor with "
+                                  "pipeline.ingest.attach())")
         worker = _choose(tr, database, chunk, names)
         tr.set(key, worker.encode())
         tr.set(CHUNKS.pack((chunk, database)), worker.encode())
@@ -911,13 +953,18 @@ def load_handler(db):
 
 
 def attach(processor, *, worker: str | None = None, threads: int = 1, timeout: float = LOAD_TIMEOUT,
-           retry=None) -> str:
+           retry=None, ttl: float = WORKER_TTL) -> str:
     """Make ``processor`` run load jobs, and register it as ingest worker ``worker``
     (default: this host's name) with ``threads`` loading threads (pass the concurrency it
-    will run with).  ``retry``: the load jobs' retry policy (default: one attempt; a
-    failed load is run again by loading the file again).  Returns the worker name."""
+    will run with): registered now, renewed while the processor serves (every ``ttl``/3
+    seconds), unregistered when it stops; a processor killed or stalled drops out of hints
+    and placement ``ttl`` seconds after its last renewal.  ``retry``: the load jobs' retry
+    policy (default: one attempt; a failed load is run again by loading the file again).
+    Returns the worker name."""
     name = worker or socket.gethostname().split(".")[0] or "localhost"
-    processor.handler(LOAD_TYPE, timeout=timeout, retry=retry if retry is not None else Retry())(
-        load_handler(processor.db))
-    register_worker(processor.db, name, threads=threads)
+    db = processor.db
+    processor.handler(LOAD_TYPE, timeout=timeout, retry=retry if retry is not None else Retry())(load_handler(db))
+    register_worker(db, name, threads=threads, ttl=ttl)
+    processor.periodic(ttl / HEARTBEATS_PER_TTL, lambda: register_worker(db, name, threads=threads, ttl=ttl),
+                       stop=lambda: unregister_worker(db, name))
     return name

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -187,6 +190,95 @@ def test_placement_is_stable_under_concurrent_requests(sky):
     ingest.register_database(db, "sky2", chunks=4, location=str(pipeline.get_database(db, "sky").location) + "2")
     other = ingest.begin_transaction(db, "sky2")
     assert {c: ingest.chunk_placement(db, other.id, c).worker for c in placed} == placed
+
+
+def test_hints_and_new_placements_count_live_workers_only(sky, monkeypatch):
+    """Three workers that stopped heartbeating stayed in the hints and got chunks; now
+    their registrations expire, while a chunk placed earlier keeps its worker."""
+    db = sky
+    now = [1_000_000.0]
+    monkeypatch.setattr(ingest, "clock", lambda: now[0])  # the registrations' clock
+    for name in ("w1", "w2", "w3"):
+        ingest.register_worker(db, name, threads=4, ttl=30)
+    txn = ingest.begin_transaction(db, "sky")
+    assert txn.hints == ingest.Hints(3, 4, ("w1", "w2", "w3"))
+    placed = ingest.chunk_placement(db, txn.id, 0).worker
+    now[0] += 29
+    assert [w.name for w in ingest.list_workers(db)] == ["w1", "w2", "w3"]
+    now[0] += 2  # 31 s after their last heartbeat
+    assert ingest.list_workers(db) == [] and ingest.begin_transaction(db, "sky").hints == ingest.Hints(0, 0, ())
+    with pytest.raises(NoIngestWorkers, match="no live ingest worker"):
+        ingest.chunk_placement(db, txn.id, 1)
+    assert ingest.chunk_placement(db, txn.id, 0).worker == placed  # placed earlier: where it is
+    ingest.register_worker(db, "w4", threads=2, ttl=30)
+    revived = ingest.register_worker(db, "w2", threads=4, ttl=30)  # w2 heartbeats again
+    assert revived.since == revived.seen == now[0]  # a new registration
+    assert ingest.begin_transaction(db, "sky").hints == ingest.Hints(2, 2, ("w2", "w4"))
+    assert {ingest.chunk_placement(db, txn.id, c).worker for c in (1, 2, 3)} <= {"w2", "w4"}
+    assert ingest.chunk_placement(db, txn.id, 0).worker == placed
+    # collocation with another database skips a worker that is gone
+    ingest.register_database(db, "sky2", chunks=4, location=str(pipeline.get_database(db, "sky").location) + "2")
+    other = ingest.begin_transaction(db, "sky2")
+    moved = ingest.chunk_placement(db, other.id, 0).worker
+    assert moved == placed if placed == "w2" else moved in {"w2", "w4"}
+    now[0] += 20
+    assert ingest.register_worker(db, "w4", threads=2, ttl=30).since == now[0] - 20  # a renewal keeps since
+
+
+def test_a_serving_processor_renews_its_registration_and_drops_it_when_it_stops(sky):
+    db = sky
+    p = Processor(db)
+    ingest.attach(p, worker="w1", ttl=1.0)
+    [first] = ingest.list_workers(db)  # registered at attach
+    with running(p):
+        # renewed by the processor's heartbeat well past its time to live
+        assert wait_until(lambda: any(w.seen > first.seen + 3.0 for w in ingest.list_workers(db)))
+        assert [w.since for w in ingest.list_workers(db)] == [first.since]
+    assert ingest.list_workers(db) == []  # a stopped processor unregisters at once
+
+
+WORKER_MODULE = """
+import os
+import jobs
+from pipeline import ingest
+from processors import Processor
+
+processor = Processor(jobs.open())
+ingest.attach(processor, worker=f"w{os.getpid()}", ttl=1.0)
+"""
+
+
+def test_killed_ingest_workers_drop_out_of_hints_and_placement(tmp_path):
+    """Three `jobs worker` processes killed with SIGKILL (nothing unregisters them): once
+    their registrations expire no hint counts them and no new chunk goes to them."""
+    store = "sqlite:" + str(tmp_path / "jobs.sqlite")
+    (tmp_path / "ingest_worker_mod.py").write_text(WORKER_MODULE)
+    db = jobs.open(store)
+    procs = []
+    try:
+        ingest.register_database(db, "sky", chunks=4, location=str(tmp_path / "data"))
+        procs = [subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", store, "worker",
+                                   "ingest_worker_mod:processor"], cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+        names = {f"w{proc.pid}" for proc in procs}
+        assert wait_until(lambda: {w.name for w in ingest.list_workers(db)} == names)
+        txn = ingest.begin_transaction(db, "sky")
+        assert set(txn.hints.names) == names
+        placed = ingest.chunk_placement(db, txn.id, 2).worker
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(DEADLINE)
+        assert wait_until(lambda: ingest.list_workers(db) == [])
+        assert ingest.begin_transaction(db, "sky").hints.workers == 0
+        with pytest.raises(NoIngestWorkers):
+            ingest.chunk_placement(db, txn.id, 1)
+        assert ingest.chunk_placement(db, txn.id, 2).worker == placed
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        db.close()
 
 
 def interleaved(db, *calls):
