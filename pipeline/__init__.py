@@ -4,6 +4,7 @@
   staged and committed versions), partitions and their data locations, and the trash of
   data no longer referenced.  Every call takes a database or a transaction first, like the
   job layer, so catalog changes and job calls commit together.  Keys: ``pipeline.layout``.
+* ``pipeline.collector``: the recurring job that empties the trash after a grace period.
 * ``pipeline.spark``: one SparkSession per process, local mode on loopback by default.
 * ``pipeline.partition_files``: one partition's Parquet directory, written atomically.
 

@@ -414,7 +414,8 @@ def test_publish_and_begin_forced_to_interleave_serialise(sky):
     assert pipeline.get_database(db, "sky").published and ingest.list_transactions(db) == []
     ingest.register_database(db, "sky2", chunks=2, location=str(pipeline.get_database(db, "sky").location) + "2")
     with pytest.raises(DatabaseBusy, match="super-transaction 1 open"):
-        interleaved(db, lambda tr: ingest.begin_transaction(tr, "sky2"), lambda tr: pipeline.publish_database(tr, "sky2"))
+        interleaved(db, lambda tr: ingest.begin_transaction(tr, "sky2"),
+                    lambda tr: pipeline.publish_database(tr, "sky2"))
     assert not pipeline.get_database(db, "sky2").published
     assert [t.state for t in ingest.list_transactions(db, "sky2")] == ["STARTED"]
 
