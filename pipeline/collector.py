@@ -9,6 +9,8 @@ however many run; the job runs again ``every`` seconds after each run.  Each run
 the locations trashed more than ``grace`` seconds ago: a reader that looked a partition up
 before it was dropped or replaced has that long to finish reading it.  ``grace`` and
 ``every`` belong to the processor that runs the tick: give every processor the same ones.
+Each run also forgets expired ingest worker registrations (``ingest.forget_expired_workers``),
+which would otherwise pile up as worker processes come and go.
 
 By hand: ``pipeline.collect_garbage(db, grace=...)``, or ``jobs gc [--grace SECONDS]``.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import jobs
 from jobs import checks
 
+from . import ingest
 from .catalog import collect_garbage
 
 __all__ = ["DEFAULT_EVERY", "DEFAULT_GRACE", "JOB_ID", "JOB_TYPE", "attach", "schedule"]
@@ -39,7 +42,8 @@ def attach(processor, *, grace: float = DEFAULT_GRACE, every: float = DEFAULT_EV
     @processor.handler(JOB_TYPE, timeout=TIMEOUT, every=every)
     def collect(ctx):
         deleted = collect_garbage(db, grace=grace)
-        return {"deleted": len(deleted), "grace": grace}
+        forgotten = ingest.forget_expired_workers(db)
+        return {"deleted": len(deleted), "grace": grace, "workers_forgotten": len(forgotten)}
 
     schedule(db)
 

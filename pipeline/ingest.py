@@ -122,6 +122,7 @@ __all__ = [
     "begin_transaction",
     "chunk_placement",
     "end_transaction",
+    "forget_expired_workers",
     "get_transaction",
     "list_transactions",
     "list_workers",
@@ -372,14 +373,15 @@ def _refuse_open(tr, database: str, doing: str) -> None:
 
 def _workers(tr) -> list[Worker]:
     """The live workers (registrations not expired), by name."""
-    begin, end = layout.span(WORKERS)
     now = clock()
-    out = []
-    for k, v in tr.get_range(begin, end):
-        worker = _worker(WORKERS.unpack(k)[0], _decode(v, f"ingest worker record {k!r}"))
-        if worker.live(now):
-            out.append(worker)
-    return out
+    return [w for w in _registered(tr) if w.live(now)]
+
+
+def _registered(tr) -> list[Worker]:
+    """Every worker record, expired or not, by name."""
+    begin, end = layout.span(WORKERS)
+    records = tr.get_range(begin, end)
+    return [_worker(WORKERS.unpack(k)[0], _decode(v, f"ingest worker record {k!r}")) for k, v in records]
 
 
 def _worker(name: str, rec: dict) -> Worker:
@@ -571,6 +573,23 @@ def unregister_worker(tr, name: str) -> None:
     placement).  A processor that :func:`attach` registered does it when it stops."""
     schema.token(name, "worker name")
     _in(tr, lambda tr: tr.clear(WORKERS.pack((name,))))
+
+
+def forget_expired_workers(tr) -> list[str]:
+    """Clear the records of expired registrations (a worker that comes back registers
+    anew), so that they do not pile up as processes come and go; the names forgotten.  The
+    records are read with conflicts: a renewal committed meanwhile makes this retry (or, in
+    the caller's transaction, fail) rather than forget a live worker.  The collector job
+    (``pipeline.collector``) runs it."""
+
+    def body(tr):
+        now = clock()
+        gone = [w.name for w in _registered(tr) if not w.live(now)]
+        for name in gone:
+            tr.clear(WORKERS.pack((name,)))
+        return gone
+
+    return _in(tr, body)
 
 
 def list_workers(tr) -> list[Worker]:

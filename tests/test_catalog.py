@@ -20,7 +20,7 @@ from jobs import prefixes
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
-from pipeline import catalog, collector, layout
+from pipeline import catalog, collector, ingest, layout
 from pipeline.errors import (
     CatalogLayoutError,
     CatalogStoreError,
@@ -521,9 +521,11 @@ def test_collect_garbage_keeps_what_was_trashed_within_the_grace_period(cdb, roo
 
 def test_a_processor_collects_the_trash_once_the_grace_period_is_over(cdb, root):
     """The recurring collector job, run by processors: old trash is deleted, trash younger
-    than the grace period is kept; however many processors attach it, there is one job."""
+    than the grace period is kept (and expired ingest worker records are forgotten);
+    however many processors attach it, there is one job."""
     old, young = dropped_tables(cdb, root, ["old", "young"])
     age_trash(cdb, old.location, 3600)
+    ingest.register_worker(cdb, "gone", ttl=0.001)  # expired: the job forgets its record too
     first, second = Processor(cdb), Processor(cdb)
     for p in (first, second):
         collector.attach(p, grace=600, every=0.05)
@@ -539,6 +541,7 @@ def test_a_processor_collects_the_trash_once_the_grace_period_is_over(cdb, root)
     assert os.path.isdir(young.location) and pipeline.get_trash(cdb) == [young.location]
     assert [j.id for j in jobs.get_jobs(cdb, collector.JOB_TYPE)] == [collector.JOB_ID]
     assert first.stats["succeeded"] + second.stats["succeeded"] >= 3 and not first.stats["failed"]
+    assert ingest.forget_expired_workers(cdb) == []
     # a removed (or failed for good) collector job is enqueued again by the next processor
     jobs.remove(cdb, collector.JOB_TYPE, collector.JOB_ID)
     collector.attach(Processor(cdb))

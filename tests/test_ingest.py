@@ -223,6 +223,9 @@ def test_hints_and_new_placements_count_live_workers_only(sky, monkeypatch):
     assert moved == placed if placed == "w2" else moved in {"w2", "w4"}
     now[0] += 20
     assert ingest.register_worker(db, "w4", threads=2, ttl=30).since == now[0] - 20  # a renewal keeps since
+    now[0] += 15  # w2 expired, w4 renewed 15 s ago
+    assert ingest.forget_expired_workers(db) == ["w1", "w2", "w3"]  # expired records do not pile up
+    assert [w.name for w in ingest.list_workers(db)] == ["w4"] and ingest.forget_expired_workers(db) == []
 
 
 def test_a_serving_processor_renews_its_registration_and_drops_it_when_it_stops(sky):
