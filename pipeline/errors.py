@@ -128,7 +128,7 @@ class PartitionDataExists(PartitionDataError):
 #       +-- TransactionsOpen        a STARTED transaction of the database forbids the call
 #                                   (publishing: also a DatabaseBusy)
 #       +-- InvalidChunk            the chunk number is outside the partitioning (a ValueError too)
-#       +-- NoIngestWorkers         no worker is registered to place a chunk on
+#       +-- NoIngestWorkers         no live worker (registered, not expired) to place a chunk on
 #       +-- LoadsInProgress         ending a transaction whose loads are pending or running
 #       +-- LoadFileError           a chunk file cannot be read (or its rows written)
 #       +-- MalformedRows           rows of a chunk file do not fit the table (file, line, reason)
@@ -162,8 +162,8 @@ class InvalidChunk(IngestError, ValueError):
 
 
 class NoIngestWorkers(IngestError):
-    """No ingest worker is registered to place chunks on: start a processor with
-    pipeline.ingest.attach(), or register_worker()."""
+    """No live ingest worker to place chunks on (none registered, or their registrations
+    expired): start a processor with pipeline.ingest.attach(), or register_worker()."""
 
 
 class LoadsInProgress(IngestError):

@@ -706,9 +706,8 @@ def end_transaction(db, tid: int, *, commit: bool = True) -> Transaction:
 
     Raises TransactionNotFound, TransactionStateError (not STARTED), DatabasePublished
     (commit into a published database), LoadsInProgress (commit while loads are pending or
-    running), TableNotFound (a table it loaded was
-    dropped meanwhile: abort it).  Safe to retry: a retry after an unknown commit result
-    returns the ended transaction."""
+    running), TableNotFound (a table it loaded was dropped meanwhile: abort it).  Safe to
+    retry: a retry after an unknown commit result returns the ended transaction."""
     if not is_database(db):
         raise ArgumentTypeError("end_transaction builds files between transactions: pass a database, not a transaction")
     tid = _tid(tid)
@@ -890,8 +889,8 @@ def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str |
     LoadFailed if it failed.
 
     Raises (before anything is written) TransactionNotFound, TransactionStateError,
-    DatabasePublished, TableNotFound (not a table of the transaction's database), InvalidChunk, LoadFileError
-    (no readable file at ``path``), ValueError."""
+    DatabasePublished, TableNotFound (not a table of the transaction's database),
+    InvalidChunk, LoadFileError (no readable file at ``path``), ValueError."""
     if not is_database(db):
         raise ArgumentTypeError("load_chunk returns a future that follows the job: pass a database, not a transaction")
     tid = _tid(tid)
