@@ -41,3 +41,11 @@ def age_trash(db, location: str, seconds: float) -> None:
     assert raw is not None, f"{location} is not in the trash"
     entry = orjson.loads(raw)
     run(db, lambda tr: tr.set(key, encode_trash(entry["what"], entry["since"] - seconds)))
+
+
+def collector_runs(db) -> int:
+    """How many times the pipeline's recurring collector job has run."""
+    from pipeline import collector
+
+    data = jobs.get_job_data(db, collector.JOB_TYPE, collector.JOB_ID)
+    return data.get("_task", {}).get("runs", 0)

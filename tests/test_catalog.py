@@ -38,7 +38,7 @@ from pipeline.errors import (
     TableStateError,
 )
 from processors import Processor
-from stored import age_trash
+from stored import age_trash, collector_runs
 from waiting import running, wait_until
 
 SCHEMA = [
@@ -530,13 +530,8 @@ def test_a_processor_collects_the_trash_once_the_grace_period_is_over(cdb, root)
     for p in (first, second):
         collector.attach(p, grace=600, every=0.05)
     assert [j.id for j in jobs.get_jobs(cdb, collector.JOB_TYPE)] == [collector.JOB_ID]
-
-    def runs():
-        data = jobs.get_job_data(cdb, collector.JOB_TYPE, collector.JOB_ID)
-        return data.get("_task", {}).get("runs", 0)
-
     with running(first), running(second):
-        assert wait_until(lambda: runs() >= 3)
+        assert wait_until(lambda: collector_runs(cdb) >= 3)
     assert not os.path.exists(old.location)
     assert os.path.isdir(young.location) and pipeline.get_trash(cdb) == [young.location]
     assert [j.id for j in jobs.get_jobs(cdb, collector.JOB_TYPE)] == [collector.JOB_ID]

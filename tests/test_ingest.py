@@ -19,7 +19,7 @@ import pytest
 import jobs
 import pipeline
 from jobs.engine import FDBError
-from pipeline import ingest
+from pipeline import collector, ingest
 from pipeline.errors import (
     DatabaseBusy,
     DatabaseExists,
@@ -43,6 +43,7 @@ from pipeline.errors import (
 from pipeline.ingest_files import write_piece
 from pipeline.runtime import table_partitions
 from processors import Processor, TaskFailed
+from stored import age_trash, collector_runs
 from waiting import DEADLINE, running, wait_until
 
 OBJ = [
@@ -243,7 +244,7 @@ def test_a_serving_processor_renews_its_registration_and_drops_it_when_it_stops(
 WORKER_MODULE = """
 import os
 import jobs
-from pipeline import ingest
+from pipeline import collector, ingest
 from processors import Processor
 
 processor = Processor(jobs.open())
@@ -526,6 +527,25 @@ def test_abort_leaves_nothing_behind(sky, tmp_path):
         location = pipeline.get_table(db, "sky", table, published_only=False).location
         assert not os.path.exists(location) or os.listdir(location) == []
     ingest.publish_database(db, "sky")  # no transaction open any more
+
+
+def test_an_aborted_transactions_data_is_collected_by_the_processors_after_the_grace(sky, tmp_path):
+    """Aborted ingest data stayed on disk until someone called collect_garbage."""
+    db = sky
+    p = worker(db)
+    collector.attach(p, grace=600, every=0.05)
+    txn = ingest.begin_transaction(db, "sky")
+    with running(p):
+        ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1, 2], 1)), wait=True)
+        ingest.end_transaction(db, txn.id, commit=False)
+        area = os.path.join(pipeline.get_table(db, "sky", "obj", published_only=False).location, f".ingest-{txn.id}")
+        assert pipeline.get_trash(db) == [area]
+        seen = collector_runs(db)
+        assert wait_until(lambda: collector_runs(db) >= seen + 2)  # younger than the grace period: kept
+        assert os.listdir(area) and pipeline.get_trash(db) == [area]
+        age_trash(db, area, 3600)
+        assert wait_until(lambda: not os.path.exists(area))
+    assert pipeline.get_trash(db) == []
 
 
 # --- malformed rows ------------------------------------------------------------------------
