@@ -37,6 +37,7 @@ from .catalog import (
     publish_database,
     publish_partitions,
     remove_directory,
+    send_to_trash,
     set_partition,
     stage_table,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "get_trash",
     "collect_garbage",
     "remove_directory",
+    "send_to_trash",
     # Spark
     "spark_session",
     "stop_spark_session",

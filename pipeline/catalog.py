@@ -117,6 +117,7 @@ __all__ = [
     "publish_database",
     "publish_partitions",
     "remove_directory",
+    "send_to_trash",
     "set_partition",
     "stage_table",
 ]
@@ -809,6 +810,15 @@ def discard_partitions(tr, table: Table, pids=None, *, tag: str | None = None) -
 
 
 # --- the trash -----------------------------------------------------------------------------
+
+
+def send_to_trash(tr, locations, what: str) -> None:
+    """Record managed data ``locations`` that nothing references any more (``what``: why,
+    for people), in the transaction that stopped referencing them: the collector deletes
+    them once that committed and the grace period passed.  For a layer that keeps its own
+    data under a table's location (ingest's transaction areas)."""
+    locations = [schema.location(loc) for loc in locations]
+    _in(tr, lambda tr: _trash(tr, locations, what))
 
 
 def get_trash(tr, *, limit: int | None = None) -> list[str]:

@@ -107,7 +107,7 @@ from .errors import (
     TransactionsOpen,
     TransactionStateError,
 )
-from .records import Database, Partition, Table, encode_trash
+from .records import Database, Partition, Table
 
 __all__ = [
     "ABORTED",
@@ -297,15 +297,6 @@ def _area(table: Table, tid: int) -> str:
     """The hidden directory of a transaction's pieces of ``table`` (Spark and Hadoop skip
     names starting with '.'; dropping the table trashes it with the table's location)."""
     return os.path.join(table.location, f".ingest-{tid}")
-
-
-def _trash(tr, locations, what: str) -> None:
-    """Record locations in the catalog's trash (as the catalog does: entries inside one of
-    them go, deleting it deletes them); ``catalog.collect_garbage`` deletes them."""
-    now = time.time()
-    for location in locations:
-        tr.clear_range(*layout.trash_span_inside(location))
-        tr.set(layout.trash_key(location), encode_trash(what, now))
 
 
 # --- reading state -------------------------------------------------------------------------
@@ -798,7 +789,7 @@ def _drop_builds(tr, tid: int, locations) -> None:
     locations = list(locations)
     for location in locations:
         tr.clear(BUILDS.pack((tid, location)))
-    _trash(tr, locations, f"unused partition directory of ingest transaction {tid}")
+    catalog.send_to_trash(tr, locations, f"unused partition directory of ingest transaction {tid}")
 
 
 def _finish(tr, tid: int, nonce: str, plan: list[_Chunk], built: dict) -> Transaction | None:
@@ -859,7 +850,8 @@ def _close(tr, rec: dict, tid: int, loads: dict, state: str, nonce: str, rows: i
             pass  # dropped: its location, the area inside, went to the trash with it
     begin, end = layout.span(BUILDS, tid)
     unused = [BUILDS.unpack(k)[1] for k, _v in tr.get_range(begin, end)]
-    _trash(tr, sorted(areas) + [loc for loc in unused if loc not in keep], f"ingest transaction {tid} {state.lower()}")
+    catalog.send_to_trash(tr, sorted(areas) + [loc for loc in unused if loc not in keep],
+                          f"ingest transaction {tid} {state.lower()}")
     for space in (BUILDS, PIECES, LOADS):
         tr.clear_range(*layout.span(space, tid))
     tr.clear(OPEN.pack((database, tid)))
