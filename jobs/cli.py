@@ -40,6 +40,7 @@ from .engine.urls import ENV_VAR, default_url
 STATES = ("pending", "running", "finished")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 POLL = 0.5  # seconds between looks at the monitor's re-enqueue counter
+GC_GRACE = 600.0  # `gc --grace` default: pipeline.collector.DEFAULT_GRACE (checked by a test)
 
 
 # --- argument types (argparse turns their ArgumentTypeError into a usage error, exit 2) --
@@ -95,6 +96,13 @@ def _count(text: str, least: int, most: int | None = None) -> int:
         expected = f">= {least}" if most is None else f"from {least} to {most}"
         raise argparse.ArgumentTypeError(f"expected an integer {expected}, not {text!r}")
     return value
+
+
+def _grace(text: str) -> float:
+    try:
+        return checks.seconds(float(text), "--grace")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}") from exc
 
 
 def _target(text: str) -> tuple[str, str]:
@@ -410,6 +418,16 @@ def cmd_serve_status(args):
     return None
 
 
+def cmd_gc(args):
+    """The pipeline's garbage collector, by hand (the package above this one: imported
+    only by this command)."""
+    from pipeline import collect_garbage, get_trash
+
+    with _store(args, create=False) as db:
+        deleted = collect_garbage(db, grace=args.grace)
+        return {"deleted": deleted, "grace": args.grace, "left": len(get_trash(db))}
+
+
 def _load_processor(module_name: str, attr: str):
     """The Processor ``attr`` of ``module_name``, imported as ``python -m`` would (the
     working directory first on sys.path).  ValueError/TypeError say what is missing; an
@@ -478,6 +496,9 @@ HUMAN = {
     "set-timeout": lambda d: f"{d['type']}: timeout {_seconds(d['timeout'])}",
     "status": _human_status,
     "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",
+    "gc": lambda d: "\n".join([*(_printable(loc) for loc in d["deleted"]),
+                                f"deleted {len(d['deleted'])} location(s) trashed more than {d['grace']:g}s ago; "
+                                f"{d['left']} left in the trash"]),
     "worker": lambda d: "stopped; " + (", ".join(f"{k} {v}" for k, v in sorted(d["stats"].items())) or "no jobs"),
 }
 
@@ -558,6 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port to listen on, 0 for any free one (default 8080)")
     p.add_argument("--limit", metavar="N", type=functools.partial(_count, least=0), default=10,
                    help="running jobs listed per type, least recently active first (default 10)")
+    p = command("gc", cmd_gc, "delete the pipeline's trashed data (dropped, replaced or aborted tables and "
+                              "partitions, aborted ingest) trashed more than --grace seconds ago")
+    p.add_argument("--grace", metavar="SECONDS", type=_grace, default=GC_GRACE,
+                   help=f"keep what was trashed less than this long ago, for readers still reading it "
+                        f"(default {GC_GRACE:g}, as the pipeline's collector job; 0: everything)")
     p = command("help", cmd_help, "describe the commands, or one command")
     p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)
     p.set_defaults(parser=parser)

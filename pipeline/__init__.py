@@ -4,6 +4,7 @@
   staged and committed versions), partitions and their data locations, and the trash of
   data no longer referenced.  Every call takes a database or a transaction first, like the
   job layer, so catalog changes and job calls commit together.  Keys: ``pipeline.layout``.
+* ``pipeline.collector``: the recurring job that empties the trash after a grace period.
 * ``pipeline.spark``: one SparkSession per process, local mode on loopback by default.
 * ``pipeline.partition_files``: one partition's Parquet directory, written atomically.
 
@@ -15,6 +16,7 @@ from .catalog import (
     Partition,
     Table,
     abort_table,
+    close_writer,
     collect_garbage,
     commit_table,
     create_database,
@@ -27,18 +29,22 @@ from .catalog import (
     get_partitions,
     get_table,
     get_trash,
+    get_writers,
     list_databases,
     list_staged_tables,
     list_tables,
+    open_writer,
     publish_database,
     publish_partitions,
     remove_directory,
+    send_to_trash,
     set_partition,
     stage_table,
 )
 from .errors import (
     IngestError,
     DatabasePublished,
+    DatabaseBusy,
     TransactionNotFound,
     TransactionStateError,
     TransactionsOpen,
@@ -86,6 +92,9 @@ __all__ = [
     "list_databases",
     "publish_database",
     "drop_database",
+    "open_writer",
+    "close_writer",
+    "get_writers",
     # tables
     "create_table",
     "stage_table",
@@ -105,6 +114,7 @@ __all__ = [
     "get_trash",
     "collect_garbage",
     "remove_directory",
+    "send_to_trash",
     # Spark
     "spark_session",
     "stop_spark_session",
@@ -120,6 +130,7 @@ __all__ = [
     "DatabaseExists",
     "DatabaseNotEmpty",
     "DatabaseNotPublished",
+    "DatabaseBusy",
     "TableNotFound",
     "TableExists",
     "TableStateError",

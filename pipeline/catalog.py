@@ -22,7 +22,8 @@ Model (see ``layout.py`` for the keys):
 
 * A **database** has a data directory and a ``published`` flag.  Readers (queries and
   operations: :func:`list_databases`, :func:`get_table`, :func:`list_tables`) see published
-  databases only unless they pass ``published_only=False`` (ingest does).
+  databases only unless they pass ``published_only=False`` (ingest does).  It is published
+  once, when no *writer* (:func:`open_writer`: an ingest super-transaction) is open.
 * A **table** name maps to at most one *committed* version; any number of *staged*
   versions wait beside it, invisible to readers, until :func:`commit_table` makes one the
   committed version (replacing the old one if it was staged with ``replace=True``) or
@@ -52,11 +53,13 @@ import time
 import uuid
 from dataclasses import replace as _replace
 
+from jobs import checks
 from jobs.checks import ArgumentTypeError
 from jobs.engine.transactional import is_database, within
 
 from . import layout, schema
 from .errors import (
+    DatabaseBusy,
     DatabaseExists,
     DatabaseNotEmpty,
     DatabaseNotFound,
@@ -78,10 +81,13 @@ from .records import (
     decode_database,
     decode_partition,
     decode_table,
+    decode_trash,
+    decode_writer,
     encode_database,
     encode_partition,
     encode_table,
     encode_trash,
+    encode_writer,
 )
 
 __all__ = [
@@ -90,6 +96,7 @@ __all__ = [
     "Partition",
     "Table",
     "abort_table",
+    "close_writer",
     "collect_garbage",
     "commit_table",
     "create_database",
@@ -102,12 +109,15 @@ __all__ = [
     "get_partitions",
     "get_table",
     "get_trash",
+    "get_writers",
     "list_databases",
     "list_staged_tables",
     "list_tables",
+    "open_writer",
     "publish_database",
     "publish_partitions",
     "remove_directory",
+    "send_to_trash",
     "set_partition",
     "stage_table",
 ]
@@ -341,9 +351,11 @@ def list_databases(tr, *, published_only: bool = True) -> list[Database]:
 
 
 def publish_database(tr, name: str) -> Database:
-    """Make the database visible to readers (a no-op if it already is).  Raises
-    DatabaseNotFound, and PartitionBusy while one of its tables holds staged partition data
-    (an ingest transaction not yet ended)."""
+    """Make the database visible to readers (a no-op if it already is): the one way a
+    database is published (``pipeline.ingest.publish_database`` adds the ingest
+    prerequisites and calls it).  Raises DatabaseNotFound; DatabaseBusy, naming them, while
+    writers are open (:func:`open_writer`: STARTED ingest super-transactions); PartitionBusy
+    while one of its tables holds staged partition data."""
     schema.name(name, "database name")
     begin, end = layout.span(layout.STAGED_PARTITIONS, name)
 
@@ -351,6 +363,11 @@ def publish_database(tr, name: str) -> Database:
         db = _database_or_raise(tr, name)
         if db.published:
             return db
+        writers = _writers(tr, name)  # a conflicting read: no writer opens while this commits
+        if writers:
+            shown = ", ".join(writers[:10]) + (f" and {len(writers) - 10} more" if len(writers) > 10 else "")
+            raise DatabaseBusy(f"database {name!r} cannot be published while data is being written into it "
+                               f"({shown} open): end or abort them first")
         for key, _value in tr.get_range(begin, end, limit=1):
             table, _id, pid = layout.STAGED_PARTITIONS.unpack(key)[1:]
             raise PartitionBusy(
@@ -362,6 +379,41 @@ def publish_database(tr, name: str) -> Database:
         return published
 
     return _in(tr, body)
+
+
+def open_writer(tr, database: str, tag: str, what: str) -> None:
+    """Record that ``tag`` (e.g. ``ingest-3``) writes into the unpublished ``database``,
+    ``what`` naming it for people (``super-transaction 3``): the database cannot be
+    published until :func:`close_writer`.  Call it in the transaction that checked the
+    database is unpublished (publishing writes the record that check reads, so the two
+    serialise).  Idempotent.  Raises DatabaseNotFound."""
+    schema.name(database, "database name")
+    tag = schema.token(tag, "tag")
+    if not isinstance(what, str) or not what:
+        raise ArgumentTypeError(f"what must be a non-empty str, not {what!r}")
+
+    def body(tr):
+        _database_or_raise(tr, database)
+        tr.set(layout.writer_key(database, tag), encode_writer(what, time.time()))
+
+    _in(tr, body)
+
+
+def close_writer(tr, database: str, tag: str) -> None:
+    """Forget writer ``tag`` of ``database`` (its work ended, or was aborted).  Idempotent."""
+    schema.name(database, "database name")
+    tag = schema.token(tag, "tag")
+    _in(tr, lambda tr: tr.clear(layout.writer_key(database, tag)))
+
+
+def get_writers(tr, database: str) -> list[str]:
+    """What the open writers of ``database`` are, as they named themselves, by tag."""
+    schema.name(database, "database name")
+    return _in(tr, lambda tr: _writers(tr, database))
+
+
+def _writers(tr, database: str) -> list[str]:
+    return [decode_writer(v, f"writer record {k!r}") for k, v in tr.get_range(*layout.span(layout.WRITERS, database))]
 
 
 def drop_database(tr, name: str, *, cascade: bool = False) -> Database:
@@ -760,6 +812,15 @@ def discard_partitions(tr, table: Table, pids=None, *, tag: str | None = None) -
 # --- the trash -----------------------------------------------------------------------------
 
 
+def send_to_trash(tr, locations, what: str) -> None:
+    """Record managed data ``locations`` that nothing references any more (``what``: why,
+    for people), in the transaction that stopped referencing them: the collector deletes
+    them once that committed and the grace period passed.  For a layer that keeps its own
+    data under a table's location (ingest's transaction areas)."""
+    locations = [schema.location(loc) for loc in locations]
+    _in(tr, lambda tr: _trash(tr, locations, what))
+
+
 def get_trash(tr, *, limit: int | None = None) -> list[str]:
     """Locations waiting to be deleted by :func:`collect_garbage`, sorted."""
     limit = schema.count(limit, "limit", optional=True)
@@ -780,22 +841,23 @@ def remove_directory(location: str) -> None:
         os.remove(location)
 
 
-def collect_garbage(db, *, remove=remove_directory, limit: int | None = None) -> list[str]:
-    """Delete the locations in the trash (with ``remove(location)``, default
-    :func:`remove_directory`) and forget them, a batch at a time; at most ``limit`` (None:
-    all).  Takes a database: it runs its own transactions, and deletes files only for
-    entries whose change has committed.  Returns the locations deleted.  Safe to run
-    concurrently and to repeat: an error from ``remove`` stops it after forgetting the
-    locations already deleted, and leaves the rest for the next run."""
+def collect_garbage(db, *, remove=remove_directory, limit: int | None = None, grace: float = 0.0) -> list[str]:
+    """Delete the locations trashed more than ``grace`` seconds ago (0: all of them; a
+    reader that looked up data before it was dropped may still read it for that long)
+    with ``remove(location)``, default :func:`remove_directory`, and forget them, a batch
+    at a time; at most ``limit`` (None: all).  Takes a database: it runs its own
+    transactions, and deletes files only for entries whose change has committed.  Returns
+    the locations deleted.  Safe to run concurrently and to repeat: an error from
+    ``remove`` stops it after forgetting the locations already deleted, and leaves the
+    rest for the next run.  ``pipeline.collector`` runs it as a recurring job."""
     if not is_database(db):
         raise ArgumentTypeError("collect_garbage deletes files between transactions: pass a database, not a transaction")
     limit = schema.count(limit, "limit", optional=True)
+    cutoff = time.time() - checks.seconds(grace, "grace")
     deleted: list[str] = []
-    while limit is None or len(deleted) < limit:
-        want = GARBAGE_BATCH if limit is None else min(GARBAGE_BATCH, limit - len(deleted))
-        batch = get_trash(db, limit=want)
-        if not batch:
-            break
+    for batch in _due_batches(db, cutoff):
+        if limit is not None:
+            batch = batch[: limit - len(deleted)]
         done = []
         try:
             for location in batch:
@@ -805,4 +867,21 @@ def collect_garbage(db, *, remove=remove_directory, limit: int | None = None) ->
             if done:
                 _in(db, lambda tr: [tr.clear(layout.trash_key(loc)) for loc in done])
             deleted += done
+        if limit is not None and len(deleted) >= limit:
+            break
     return deleted
+
+
+def _due_batches(db, cutoff: float):
+    """The trash read a page of GARBAGE_BATCH entries per transaction, in key order (so
+    entries too young to delete are passed over, not read again): for each page, the
+    locations trashed at or before ``cutoff``."""
+    begin, end = layout.span(layout.TRASH)
+    while True:
+        page = _in(db, lambda tr: [(bytes(k), bytes(v)) for k, v in tr.get_range(begin, end, limit=GARBAGE_BATCH)])
+        due = [layout.TRASH.unpack(k)[0] for k, v in page if decode_trash(v, f"trash entry {k!r}") <= cutoff]
+        if due:
+            yield due
+        if len(page) < GARBAGE_BATCH:
+            return
+        begin = page[-1][0] + b"\x00"  # the first key after the page

@@ -7,6 +7,7 @@
         |   +-- DatabaseExists         create_database: the name is taken
         |   +-- DatabaseNotEmpty       drop_database without cascade: it still has tables
         |   +-- DatabaseNotPublished   a reader asked for a database that is being ingested
+        |   +-- DatabaseBusy           publish_database: writers (ingest transactions) are open
         |   +-- TableNotFound          no such table, or the Table version was dropped,
         |   |                          replaced or aborted since it was read
         |   +-- TableExists            the name is taken by a committed table
@@ -59,6 +60,11 @@ class DatabaseNotEmpty(CatalogError):
 class DatabaseNotPublished(CatalogError):
     """The database is not published yet: readers see published databases only (pass
     published_only=False to see databases being ingested)."""
+
+
+class DatabaseBusy(CatalogError):
+    """Data is still being written into the database (an ingest super-transaction is
+    open): it cannot be published until every writer ended."""
 
 
 class TableNotFound(CatalogError):
@@ -120,8 +126,9 @@ class PartitionDataExists(PartitionDataError):
 #       +-- TransactionNotFound     no super-transaction of that id
 #       +-- TransactionStateError   the transaction is not STARTED (it ended or was aborted)
 #       +-- TransactionsOpen        a STARTED transaction of the database forbids the call
+#                                   (publishing: also a DatabaseBusy)
 #       +-- InvalidChunk            the chunk number is outside the partitioning (a ValueError too)
-#       +-- NoIngestWorkers         no worker is registered to place a chunk on
+#       +-- NoIngestWorkers         no live worker (registered, not expired) to place a chunk on
 #       +-- LoadsInProgress         ending a transaction whose loads are pending or running
 #       +-- LoadFileError           a chunk file cannot be read (or its rows written)
 #       +-- MalformedRows           rows of a chunk file do not fit the table (file, line, reason)
@@ -146,7 +153,7 @@ class TransactionStateError(IngestError):
     """The super-transaction is not STARTED any more (it was finished or aborted)."""
 
 
-class TransactionsOpen(IngestError):
+class TransactionsOpen(IngestError, DatabaseBusy):
     """The database has STARTED super-transactions: end or abort them first."""
 
 
@@ -155,8 +162,8 @@ class InvalidChunk(IngestError, ValueError):
 
 
 class NoIngestWorkers(IngestError):
-    """No ingest worker is registered to place chunks on: start a processor with
-    pipeline.ingest.attach(), or register_worker()."""
+    """No live ingest worker to place chunks on (none registered, or their registrations
+    expired): start a processor with pipeline.ingest.attach(), or register_worker()."""
 
 
 class LoadsInProgress(IngestError):

@@ -19,7 +19,9 @@ Model:
   number of each row), ``0`` for a regular table (one partition).
 * A **super-transaction** belongs to one database; states STARTED, then FINISHED or
   ABORTED.  Tables can be registered only while no transaction of the database is
-  STARTED; the database can be published only when none is.
+  STARTED; the database can be published only when none is (each STARTED transaction is a
+  catalog *writer* of the database, so ``pipeline.publish_database`` refuses too), and a
+  published database takes no more data: loads and normal ends are refused.
 * A **load** is a queue job (type ``ingest.load``) that parses one CSV/TSV file of one
   chunk of one table (``pipeline.ingest_files``) and writes it as a Parquet *piece* under
   the table's hidden per-transaction area (``<table location>/.ingest-<tid>/``), a new
@@ -34,13 +36,18 @@ Model:
   and the transaction's area, and marks it FINISHED.  Readers see all of its chunks or
   none.  It refuses while loads are pending or running.  **Aborting** removes its load
   jobs (a running one is halted and registers nothing), trashes its area, and marks it
-  ABORTED: nothing of it remains once ``catalog.collect_garbage`` ran.
+  ABORTED: nothing of it remains once the collector (``pipeline.collector``) deleted
+  its trash.
 * **Placement**: a chunk's worker is assigned once per (database, chunk), in a store
   transaction that reads the assignment first, so concurrent requests agree (the loser
   of a conflict is retried and reads the winner's answer).  New chunks go to the worker
   that already holds the same chunk number in another database (collocation), else to the
   worker with the fewest chunks of the database.  Workers are the names processors
-  register with :func:`attach` (default: the host name).  The hint is advisory: loads are
+  register with :func:`attach` (default: the host name), and only live ones count (for
+  hints and new placements): a registration lives ``ttl`` seconds after its last
+  heartbeat, which the processor sends while it serves.  A chunk placed earlier keeps its
+  worker, live or not (the seed: "where the new chunk will be placed, or where it's
+  already located").  The hint is advisory: loads are
   queue jobs that any processor may run, and data lives on a filesystem all workers share;
   on one machine there is one worker and every chunk is placed on it.
 
@@ -51,7 +58,7 @@ Key layout (this module is the only one that knows it), under ``("ingest",)``::
     ("ingest", "last_tid")                        = the last transaction id, tuple-packed
     ("ingest", "txn", Tid)                        = Transaction (JSON, plus nonces)
     ("ingest", "open", Db, Tid)                   = ''  STARTED transactions of Db
-    ("ingest", "worker", Name)                    = {"threads", "since"}
+    ("ingest", "worker", Name)                    = {"threads", "since", "seen", "ttl"}
     ("ingest", "placement", Db, Chunk)            = worker name (UTF-8)
     ("ingest", "chunk", Chunk, Db)                = worker name: the chunk across databases
     ("ingest", "placed", Db, Worker)              = chunks of Db placed there (atomic add, LE64)
@@ -77,8 +84,8 @@ from dataclasses import dataclass
 import orjson
 
 import jobs
+from jobs import checks, prefixes
 from jobs.checks import ArgumentTypeError
-from jobs import prefixes
 from jobs.engine import Subspace
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import is_database, within
@@ -100,7 +107,7 @@ from .errors import (
     TransactionsOpen,
     TransactionStateError,
 )
-from .records import Database, Partition, Table, encode_trash
+from .records import Database, Partition, Table
 
 __all__ = [
     "ABORTED",
@@ -115,6 +122,7 @@ __all__ = [
     "begin_transaction",
     "chunk_placement",
     "end_transaction",
+    "forget_expired_workers",
     "get_transaction",
     "list_transactions",
     "list_workers",
@@ -132,6 +140,9 @@ LOAD_TYPE = "ingest.load"
 LOAD_TIMEOUT = 60.0  # type timeout of load jobs (the processor heartbeats 3 times per timeout)
 STARTED, FINISHED, ABORTED = "STARTED", "FINISHED", "ABORTED"
 BUILD_ATTEMPTS = 5  # end_transaction rebuilds when a chunk changed under it (another end)
+WORKER_TTL = 30.0  # seconds a worker registration lives after its last heartbeat
+HEARTBEATS_PER_TTL = 3  # two may be late before the registration expires
+clock = time.time  # the time registrations are measured with (seconds since the epoch; tests set it)
 
 ROOT = Subspace(prefixes.INGEST)
 META = ROOT["meta"]
@@ -188,9 +199,17 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Worker:
+    """A registered ingest worker: live until ``seen + ttl`` (its last heartbeat plus its
+    registration's time to live), registered since ``since``."""
+
     name: str
     threads: int
     since: float
+    seen: float = 0.0
+    ttl: float = 0.0
+
+    def live(self, now: float) -> bool:
+        return now < self.seen + self.ttl
 
 
 def _json(value) -> bytes:
@@ -280,15 +299,6 @@ def _area(table: Table, tid: int) -> str:
     return os.path.join(table.location, f".ingest-{tid}")
 
 
-def _trash(tr, locations, what: str) -> None:
-    """Record locations in the catalog's trash (as the catalog does: entries inside one of
-    them go, deleting it deletes them); ``catalog.collect_garbage`` deletes them."""
-    now = time.time()
-    for location in locations:
-        tr.clear_range(*layout.trash_span_inside(location))
-        tr.set(layout.trash_key(location), encode_trash(what, now))
-
-
 # --- reading state -------------------------------------------------------------------------
 
 
@@ -326,6 +336,18 @@ def _started(tr, tid: int) -> dict:
     return rec
 
 
+def _writable(tr, tid: int) -> dict:
+    """The record of STARTED transaction ``tid`` whose database is not published: what a
+    load and a normal end need.  (A store written before publishing checked the catalog's
+    writers may hold a STARTED transaction of a published database: it can only be
+    aborted.)"""
+    rec = _started(tr, tid)
+    if catalog.get_database(tr, rec["database"]).published:
+        raise DatabasePublished(f"super-transaction {tid} cannot write into database {rec['database']!r}: it is "
+                                "published, and published databases take no more data (abort the transaction)")
+    return rec
+
+
 def _open_ids(tr, database: str, limit: int = 0) -> list[int]:
     begin, end = layout.span(OPEN, database)
     return [OPEN.unpack(k)[1] for k, _v in tr.get_range(begin, end, limit=limit)]
@@ -341,12 +363,25 @@ def _refuse_open(tr, database: str, doing: str) -> None:
 
 
 def _workers(tr) -> list[Worker]:
+    """The live workers (registrations not expired), by name."""
+    now = clock()
+    return [w for w in _registered(tr) if w.live(now)]
+
+
+def _registered(tr) -> list[Worker]:
+    """Every worker record, expired or not, by name."""
     begin, end = layout.span(WORKERS)
-    out = []
-    for k, v in tr.get_range(begin, end):
-        rec = _decode(v, f"ingest worker record {k!r}")
-        out.append(Worker(WORKERS.unpack(k)[0], int(rec["threads"]), rec["since"]))
-    return out
+    records = tr.get_range(begin, end)
+    return [_worker(WORKERS.unpack(k)[0], _decode(v, f"ingest worker record {k!r}")) for k, v in records]
+
+
+def _worker(name: str, rec: dict) -> Worker:
+    """A worker from its record; one an older release wrote (no heartbeat: no ``seen``)
+    has expired."""
+    try:
+        return Worker(name, int(rec["threads"]), rec["since"], rec.get("seen", 0.0), rec.get("ttl", 0.0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IngestStoreError(f"ingest worker record {name!r} is corrupt: {rec!r:.200}") from exc
 
 
 def _hints(tr) -> Hints:
@@ -475,9 +510,12 @@ def register_table(tr, database: str, name: str, table_schema: list[dict], *,
 
 
 def publish_database(tr, name: str) -> Database:
-    """Publish the database: from now on queries and operations see it.  Raises
-    DatabaseNotFound, DatabasePublished (already published), TransactionsOpen (some
-    super-transaction of it is still STARTED)."""
+    """Publish the database: from now on queries and operations see it, and it takes no
+    more data (no transaction begins, no load runs, no transaction ends normally).  The
+    seed's prerequisites, then :func:`catalog.publish_database` (which alone refuses open
+    transactions too: ``pipeline.publish_database``).  Raises DatabaseNotFound (also when
+    not registered for ingest), DatabasePublished (already published), TransactionsOpen
+    (some super-transaction of it is still STARTED, named)."""
     schema.name(name, "database name")
     done: list[Database] = []
 
@@ -498,25 +536,55 @@ def publish_database(tr, name: str) -> Database:
 # --- workers and placement -----------------------------------------------------------------
 
 
-def register_worker(tr, name: str, *, threads: int = 1) -> Worker:
-    """Register (or update) an ingest worker: a name chunks are placed on, with its number
-    of loading threads (for the hints of new transactions)."""
+def register_worker(tr, name: str, *, threads: int = 1, ttl: float = WORKER_TTL) -> Worker:
+    """Register an ingest worker (a name chunks are placed on, with its number of loading
+    threads, for the hints of new transactions), or renew its registration: it lives
+    ``ttl`` seconds, so call this again sooner (a heartbeat: :func:`attach` makes the
+    processor do it) to stay registered.  Times are the machines' clocks: keep them in
+    step to well within ``ttl``."""
     schema.token(name, "worker name")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an int >= 1, not {threads!r}")
-    worker = Worker(name, threads, time.time())
-    _in(tr, lambda tr: tr.set(WORKERS.pack((name,)), _json({"threads": threads, "since": worker.since})))
-    return worker
+    ttl = checks.seconds(ttl, "ttl", positive=True)
+    key = WORKERS.pack((name,))
+
+    def body(tr):
+        now = clock()
+        raw = layout.read(tr.snapshot, key)  # only to keep `since`: renewals must not conflict
+        old = None if raw is None else _worker(name, _decode(raw, f"ingest worker record {name!r}"))
+        since = old.since if old is not None and old.live(now) else now
+        tr.set(key, _json({"threads": threads, "since": since, "seen": now, "ttl": ttl}))
+        return Worker(name, threads, since, now, ttl)
+
+    return _in(tr, body)
 
 
 def unregister_worker(tr, name: str) -> None:
-    """Forget a worker: no new chunk is placed on it (chunks placed there keep their hint)."""
+    """Forget a worker: no new chunk is placed on it (chunks placed there keep their
+    placement).  A processor that :func:`attach` registered does it when it stops."""
     schema.token(name, "worker name")
     _in(tr, lambda tr: tr.clear(WORKERS.pack((name,))))
 
 
+def forget_expired_workers(tr) -> list[str]:
+    """Clear the records of expired registrations (a worker that comes back registers
+    anew), so that they do not pile up as processes come and go; the names forgotten.  The
+    records are read with conflicts: a renewal committed meanwhile makes this retry (or, in
+    the caller's transaction, fail) rather than forget a live worker.  The collector job
+    (``pipeline.collector``) runs it."""
+
+    def body(tr):
+        now = clock()
+        gone = [w.name for w in _registered(tr) if not w.live(now)]
+        for name in gone:
+            tr.clear(WORKERS.pack((name,)))
+        return gone
+
+    return _in(tr, body)
+
+
 def list_workers(tr) -> list[Worker]:
-    """The registered workers, sorted by name."""
+    """The live workers (registered, not expired), sorted by name."""
     return _in(tr, _workers)
 
 
@@ -539,8 +607,9 @@ def chunk_placement(tr, tid: int, chunk: int) -> Placement:
             return Placement(database, chunk, placed.decode())
         names = [w.name for w in _workers(tr.snapshot)]
         if not names:
-            raise NoIngestWorkers(f"chunk {chunk} of {database!r} cannot be placed: no ingest worker is registered "
-                                  "(start a processor with pipeline.ingest.attach())")
+            raise NoIngestWorkers(f"chunk {chunk} of {database!r} cannot be placed: no live ingest worker (none "
+                                  "registered, or their registrations expired: start a processor with "
+                                  "pipeline.ingest.attach())")
         worker = _choose(tr, database, chunk, names)
         tr.set(key, worker.encode())
         tr.set(CHUNKS.pack((chunk, database)), worker.encode())
@@ -594,6 +663,7 @@ def begin_transaction(tr, database: str) -> Transaction:
         tr.set(LAST_TID_KEY, fdb_tuple.pack((tid,)))
         tr.set(TRANSACTIONS.pack((tid,)), _json(rec))
         tr.set(OPEN.pack((database, tid)), b"")
+        catalog.open_writer(tr, database, _tag(tid), f"super-transaction {tid}")  # holds off publishing
         drawn[:] = [tid]
         return _transaction(rec)
 
@@ -625,10 +695,10 @@ def end_transaction(db, tid: int, *, commit: bool = True) -> Transaction:
     loads are removed, halting running ones, and its data goes to the trash).  Takes a
     database: committing builds partition directories between store transactions.
 
-    Raises TransactionNotFound, TransactionStateError (not STARTED), LoadsInProgress
-    (commit while loads are pending or running), TableNotFound (a table it loaded was
-    dropped meanwhile: abort it).  Safe to retry: a retry after an unknown commit result
-    returns the ended transaction."""
+    Raises TransactionNotFound, TransactionStateError (not STARTED), DatabasePublished
+    (commit into a published database), LoadsInProgress (commit while loads are pending or
+    running), TableNotFound (a table it loaded was dropped meanwhile: abort it).  Safe to
+    retry: a retry after an unknown commit result returns the ended transaction."""
     if not is_database(db):
         raise ArgumentTypeError("end_transaction builds files between transactions: pass a database, not a transaction")
     tid = _tid(tid)
@@ -675,7 +745,7 @@ def _plan(tr, tid: int, nonce: str):
     mine = _closed_by_me(rec, nonce)
     if mine is not None:
         return mine
-    _started(tr, tid)
+    _writable(tr, tid)
     _refuse_active_loads(tr, tid, _loads(tr, tid))
     return _chunks(tr, rec["database"], tid)
 
@@ -719,7 +789,7 @@ def _drop_builds(tr, tid: int, locations) -> None:
     locations = list(locations)
     for location in locations:
         tr.clear(BUILDS.pack((tid, location)))
-    _trash(tr, locations, f"unused partition directory of ingest transaction {tid}")
+    catalog.send_to_trash(tr, locations, f"unused partition directory of ingest transaction {tid}")
 
 
 def _finish(tr, tid: int, nonce: str, plan: list[_Chunk], built: dict) -> Transaction | None:
@@ -729,7 +799,7 @@ def _finish(tr, tid: int, nonce: str, plan: list[_Chunk], built: dict) -> Transa
     mine = _closed_by_me(rec, nonce)
     if mine is not None:
         return mine
-    _started(tr, tid)
+    _writable(tr, tid)
     loads = _loads(tr, tid)
     _refuse_active_loads(tr, tid, loads)
     now_plan = _chunks(tr, rec["database"], tid)
@@ -780,10 +850,12 @@ def _close(tr, rec: dict, tid: int, loads: dict, state: str, nonce: str, rows: i
             pass  # dropped: its location, the area inside, went to the trash with it
     begin, end = layout.span(BUILDS, tid)
     unused = [BUILDS.unpack(k)[1] for k, _v in tr.get_range(begin, end)]
-    _trash(tr, sorted(areas) + [loc for loc in unused if loc not in keep], f"ingest transaction {tid} {state.lower()}")
+    catalog.send_to_trash(tr, sorted(areas) + [loc for loc in unused if loc not in keep],
+                          f"ingest transaction {tid} {state.lower()}")
     for space in (BUILDS, PIECES, LOADS):
         tr.clear_range(*layout.span(space, tid))
     tr.clear(OPEN.pack((database, tid)))
+    catalog.close_writer(tr, database, _tag(tid))
     rec = {**rec, "state": state, "ended": time.time(), "rows": rows, "files": files, "closed_by": nonce}
     tr.set(TRANSACTIONS.pack((tid,)), _json(rec))
 
@@ -809,8 +881,8 @@ def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str |
     LoadFailed if it failed.
 
     Raises (before anything is written) TransactionNotFound, TransactionStateError,
-    TableNotFound (not a table of the transaction's database), InvalidChunk, LoadFileError
-    (no readable file at ``path``), ValueError."""
+    DatabasePublished, TableNotFound (not a table of the transaction's database),
+    InvalidChunk, LoadFileError (no readable file at ``path``), ValueError."""
     if not is_database(db):
         raise ArgumentTypeError("load_chunk returns a future that follows the job: pass a database, not a transaction")
     tid = _tid(tid)
@@ -825,7 +897,7 @@ def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str |
     job_id = load_job_id(tid, table, chunk, path)
 
     def body(tr):
-        rec = _started(tr, tid)
+        rec = _writable(tr, tid)
         t = _loadable(catalog.get_table(tr, rec["database"], table, published_only=False))
         _table_chunk(t, chunk)
         try:
@@ -867,7 +939,7 @@ def load_handler(db):
     def handle(ctx):
         p = ctx.data
         tid, chunk = p["tid"], p["chunk"]
-        _in(db, lambda tr: _started(tr, tid))
+        _in(db, lambda tr: _writable(tr, tid))
         table = catalog.get_table(db, p["database"], p["table"], published_only=False)
         if table.id != p["table_id"]:
             raise TableNotFound(f"table {table.qualified_name} was dropped or replaced since the load was submitted")
@@ -879,7 +951,7 @@ def load_handler(db):
         key = PIECES.pack((tid, table.name, chunk, ctx.job_id))
 
         def register(tr):  # with the job's finish: exactly once, only while the job is ours
-            _started(tr, tid)
+            _writable(tr, tid)
             if catalog.get_table(tr, table.database, table.name, published_only=False).id != table.id:
                 raise TableNotFound(f"table {table.qualified_name} was dropped or replaced while loading")
             tr.set(key, value)
@@ -891,13 +963,18 @@ def load_handler(db):
 
 
 def attach(processor, *, worker: str | None = None, threads: int = 1, timeout: float = LOAD_TIMEOUT,
-           retry=None) -> str:
+           retry=None, ttl: float = WORKER_TTL) -> str:
     """Make ``processor`` run load jobs, and register it as ingest worker ``worker``
     (default: this host's name) with ``threads`` loading threads (pass the concurrency it
-    will run with).  ``retry``: the load jobs' retry policy (default: one attempt; a
-    failed load is run again by loading the file again).  Returns the worker name."""
+    will run with): registered now, renewed while the processor serves (every ``ttl``/3
+    seconds), unregistered when it stops; a processor killed or stalled drops out of hints
+    and placement ``ttl`` seconds after its last renewal.  ``retry``: the load jobs' retry
+    policy (default: one attempt; a failed load is run again by loading the file again).
+    Returns the worker name."""
     name = worker or socket.gethostname().split(".")[0] or "localhost"
-    processor.handler(LOAD_TYPE, timeout=timeout, retry=retry if retry is not None else Retry())(
-        load_handler(processor.db))
-    register_worker(processor.db, name, threads=threads)
+    db = processor.db
+    processor.handler(LOAD_TYPE, timeout=timeout, retry=retry if retry is not None else Retry())(load_handler(db))
+    register_worker(db, name, threads=threads, ttl=ttl)
+    processor.periodic(ttl / HEARTBEATS_PER_TTL, lambda: register_worker(db, name, threads=threads, ttl=ttl),
+                       stop=lambda: unregister_worker(db, name))
     return name

@@ -10,6 +10,7 @@ Everything lives under the tuple prefix ``("catalog",)``, apart from the job lay
     ("catalog", "part", Db, Table, TableId, Pid)           = published Partition (JSON)
     ("catalog", "part_staged", Db, Table, TableId, Pid)    = staged Partition (JSON)
     ("catalog", "trash", Location)                         = {"since": t, "what": ...} (JSON)
+    ("catalog", "writer", Db, Tag)                         = {"what": ..., "since": t} (JSON)
 
 ``Db`` and ``Table`` are names, ``TableId`` a random hex id drawn per table *version*,
 ``Pid`` an int.  A name has at most one committed version (a point key, so readers add one
@@ -21,6 +22,11 @@ no reader ever sees a mix.  Dropping a database clears five ranges.
 Data locations that no record references any more go to ``trash`` in the transaction that
 unreferenced them, so files are deleted (``collect_garbage``) only after that commit, and
 a crash between the two leaks nothing.
+
+A ``writer`` is someone writing into an unpublished database (an ingest super-transaction,
+tag ``ingest-<tid>``): publishing reads the database's writers, so it cannot commit while
+one is open, nor a writer open once it has.  Writers outlive a dropped database, as the
+ingest transactions they stand for do.
 
 ``meta/layout`` is written with the first database and checked the first time a database
 handle is used, so a store written by a newer release is refused instead of misread.
@@ -46,6 +52,7 @@ STAGED = ROOT["staged"]
 PARTITIONS = ROOT["part"]
 STAGED_PARTITIONS = ROOT["part_staged"]
 TRASH = ROOT["trash"]
+WRITERS = ROOT["writer"]
 
 LAYOUT_KEY = META.pack(("layout",))
 
@@ -69,6 +76,10 @@ def partition_space(db: str, table: str, table_id: str, *, staged: bool = False)
 
 def trash_key(location: str) -> bytes:
     return TRASH.pack((location,))
+
+
+def writer_key(db: str, tag: str) -> bytes:
+    return WRITERS.pack((db, tag))
 
 
 def trash_span_inside(location: str) -> tuple[bytes, bytes]:

@@ -164,3 +164,33 @@ def decode_partition(raw: bytes, where: str) -> Partition:
 
 def encode_trash(what: str, since: float) -> bytes:
     return orjson.dumps({"what": what, "since": since})
+
+
+def decode_trash(raw: bytes, where: str) -> float:
+    """When the trash entry's location was trashed (seconds since the epoch)."""
+    since = _json_object(raw, where).get("since")
+    if not isinstance(since, _NUM) or isinstance(since, bool):
+        raise CatalogStoreError(f"{where} is corrupt: no time it was trashed in {raw[:200]!r}")
+    return since
+
+
+def encode_writer(what: str, since: float) -> bytes:
+    return orjson.dumps({"what": what, "since": since})
+
+
+def decode_writer(raw: bytes, where: str) -> str:
+    """What the writer is, as it named itself."""
+    what = _json_object(raw, where).get("what")
+    if not isinstance(what, str):
+        raise CatalogStoreError(f"{where} is corrupt: {raw[:200]!r}")
+    return what
+
+
+def _json_object(raw: bytes, where: str) -> dict:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CatalogStoreError(f"{where} is corrupt: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CatalogStoreError(f"{where} is corrupt: {raw[:200]!r}")
+    return data

@@ -13,7 +13,7 @@ from __future__ import annotations
 from processors import Processor
 from processors.operations import WORKER, Operations
 
-from . import catalog
+from . import catalog, collector
 from .frames import split_name
 
 
@@ -44,12 +44,15 @@ def provisioned(db) -> list:
     return [Validate(db), BuildIndex(db), CreateTableAs(db)]
 
 
-def processor(db, *, job_timeout: float | None = None, **kwargs) -> Processor:
-    """A Processor running every provisioned operation's jobs and coordinators (and the
-    ingest loads).  ``kwargs`` go to Processor."""
+def processor(db, *, job_timeout: float | None = None, gc_grace: float = collector.DEFAULT_GRACE,
+              gc_every: float = collector.DEFAULT_EVERY, **kwargs) -> Processor:
+    """A Processor running every provisioned operation's jobs and coordinators, the
+    ingest loads and the garbage collector job (``gc_grace``, ``gc_every``: see
+    ``pipeline.collector``).  ``kwargs`` go to Processor."""
     from . import ingest
 
     p = Processor(db, **kwargs)
     operations(db, job_timeout=job_timeout).attach(p)
     ingest.attach(p, worker=WORKER.replace(":", "-"))  # (host-pid: one ingest worker per process)
+    collector.attach(p, grace=gc_grace, every=gc_every)
     return p

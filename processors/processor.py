@@ -113,6 +113,7 @@ class Processor:
         self._serving = False
         self.ready = threading.Event()  # set while serving: timeouts declared, accepting
         self._declared = False  # the handlers' type timeouts were written to the store
+        self._periodic: list[tuple[float, object, object]] = []  # (seconds, fn, stop) of periodic()
 
     # --- registration --------------------------------------------------------------------
 
@@ -152,6 +153,17 @@ class Processor:
             return fn
 
         return register
+
+    def periodic(self, seconds: float, fn, *, stop=None) -> None:
+        """Call ``fn()`` every ``seconds`` while this processor serves (the first time as it
+        starts), and ``stop()``, if given, once it has stopped: a duty of this process, such
+        as the heartbeat that keeps a registration alive (a recurring job, ``every=``, is a
+        duty of the store that any one processor runs).  Both run in a worker thread; an
+        exception is logged, and ``fn`` is called again at the next tick."""
+        seconds = checks.seconds(seconds, "seconds", positive=True)
+        if not callable(fn) or (stop is not None and not callable(stop)):
+            raise TypeError("periodic() takes a callable fn, and a callable stop or None")
+        self._periodic.append((seconds, fn, stop))
 
     @property
     def types(self) -> list[str]:
@@ -218,6 +230,8 @@ class Processor:
                     tg.start_soon(ActivityMonitor(self.db, self.types).serve)
                 tg.start_soon(self._heartbeats)
                 tg.start_soon(self._watch_lost)
+                for seconds, fn, stop in self._periodic:
+                    tg.start_soon(self._run_periodic, seconds, fn, stop)
                 await self._supervise(concurrency)
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:  # one failure: raise it as itself
@@ -481,6 +495,23 @@ class Processor:
         except Exception:  # noqa: BLE001 - a failed heartbeat is retried at the next tick
             log.exception("heartbeat of %s/%s failed", run.job.type, run.job.id)
             run.next_beat = time.monotonic() + min(1.0, run.beat_every)
+
+    async def _run_periodic(self, seconds: float, fn, stop) -> None:
+        """One periodic() duty, until the task group is cancelled (the processor stopped)."""
+        try:
+            while True:
+                try:
+                    await anyio.to_thread.run_sync(fn)
+                except Exception:  # noqa: BLE001 - called again at the next tick
+                    log.exception("periodic %r failed; calling it again in %.3g s", fn, seconds)
+                await anyio.sleep(seconds)
+        finally:
+            if stop is not None:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await anyio.to_thread.run_sync(stop)
+                    except Exception:  # noqa: BLE001 - stopping goes on
+                        log.exception("stopping periodic %r failed", fn)
 
     # --- noticing lost jobs --------------------------------------------------------------
 

@@ -2,13 +2,16 @@
 keys (to show that a refused call wrote nothing), and jobs written as an older release
 wrote them, without today's argument checks (a scheduled time no date can show, names with
 control characters), to show that every view still displays them and that they can be
-removed."""
+removed; and the pipeline's trash entries made older, a clock the tests control."""
 
 from __future__ import annotations
+
+import orjson
 
 import jobs
 from jobs import keys, rows
 from jobs.engine import tuple as fdb_tuple
+from jobs.engine.transactional import run
 
 
 def snapshot(db) -> list[tuple[bytes, bytes]]:
@@ -25,3 +28,24 @@ def add_unchecked(tr, type: str, job_id: str, scheduled_time: float = 0.0, timeo
     if timeout is not None:
         tr.set(keys.timeout_key(type), fdb_tuple.pack((float(timeout),)))
     rows.make_pending(tr, type, job_id, float(scheduled_time), b"{}")
+
+
+def age_trash(db, location: str, seconds: float) -> None:
+    """Make ``location``'s trash entry look trashed ``seconds`` earlier than it was (the
+    entry keeps the time it was trashed: the collector's grace period counts from it)."""
+    from pipeline import layout
+    from pipeline.records import encode_trash
+
+    key = layout.trash_key(location)
+    raw = run(db, lambda tr: layout.read(tr, key))
+    assert raw is not None, f"{location} is not in the trash"
+    entry = orjson.loads(raw)
+    run(db, lambda tr: tr.set(key, encode_trash(entry["what"], entry["since"] - seconds)))
+
+
+def collector_runs(db) -> int:
+    """How many times the pipeline's recurring collector job has run."""
+    from pipeline import collector
+
+    data = jobs.get_job_data(db, collector.JOB_TYPE, collector.JOB_ID)
+    return data.get("_task", {}).get("runs", 0)

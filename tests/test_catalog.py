@@ -20,10 +20,11 @@ from jobs import prefixes
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
-from pipeline import catalog, layout
+from pipeline import catalog, collector, ingest, layout
 from pipeline.errors import (
     CatalogLayoutError,
     CatalogStoreError,
+    DatabaseBusy,
     DatabaseExists,
     DatabaseNotEmpty,
     DatabaseNotFound,
@@ -36,6 +37,9 @@ from pipeline.errors import (
     TableNotFound,
     TableStateError,
 )
+from processors import Processor
+from stored import age_trash, collector_runs
+from waiting import running, wait_until
 
 SCHEMA = [
     {"name": "id", "type": "bigint", "nullable": False},
@@ -183,6 +187,25 @@ def test_publish_waits_for_staged_partition_data(cdb, root):
     with pytest.raises(PartitionBusy, match="partition 1 of table 'objects' has staged data"):
         pipeline.publish_database(cdb, "sky")
     pipeline.publish_partitions(cdb, table, tag="t1")
+    assert pipeline.publish_database(cdb, "sky").published
+
+
+def test_publish_waits_for_open_writers(cdb, root, commit_version):
+    make_db(cdb, root)
+    with pytest.raises(DatabaseNotFound):
+        pipeline.open_writer(cdb, "nope", "ingest-1", "super-transaction 1")
+    for _ in range(2):  # idempotent
+        pipeline.open_writer(cdb, "sky", "ingest-1", "super-transaction 1")
+    pipeline.open_writer(cdb, "sky", "ingest-2", "super-transaction 2")
+    assert pipeline.get_writers(cdb, "sky") == ["super-transaction 1", "super-transaction 2"]
+    with NothingWritten(cdb, commit_version), pytest.raises(
+            DatabaseBusy, match=r"'sky' cannot be published .* \(super-transaction 1, super-transaction 2 open\)"):
+        pipeline.publish_database(cdb, "sky")
+    for _ in range(2):
+        pipeline.close_writer(cdb, "sky", "ingest-1")
+    with pytest.raises(DatabaseBusy, match=r"\(super-transaction 2 open\)"):
+        pipeline.publish_database(cdb, "sky")
+    pipeline.close_writer(cdb, "sky", "ingest-2")
     assert pipeline.publish_database(cdb, "sky").published
 
 
@@ -466,6 +489,67 @@ def test_collect_garbage_stops_at_a_failure_and_keeps_the_rest(cdb, root):
     assert pipeline.collect_garbage(cdb, remove=lambda loc: None, limit=1) == trash[1:2]
     with pytest.raises(TypeError, match="pass a database"):
         run(cdb, lambda tr: pipeline.collect_garbage(tr))
+
+
+def dropped_tables(db, root, names) -> list:
+    """Tables created with a directory each, then dropped: their locations are in the trash."""
+    if "sky" not in [d.name for d in pipeline.list_databases(db, published_only=False)]:
+        make_db(db, root)
+    tables = [pipeline.create_table(db, "sky", name, SCHEMA) for name in names]
+    for t in tables:
+        os.makedirs(t.location)
+        pipeline.drop_table(db, "sky", t.name)
+    return tables
+
+
+def test_collect_garbage_keeps_what_was_trashed_within_the_grace_period(cdb, root, monkeypatch):
+    monkeypatch.setattr(catalog, "GARBAGE_BATCH", 3)  # pages of 3 entries: young pages are passed over
+    tables = dropped_tables(cdb, root, [f"t{i}" for i in range(8)])
+    trash = pipeline.get_trash(cdb)
+    old = {t.location for t in tables[5:]} | {tables[1].location}  # after 4 young entries in key order
+    for location in old:
+        age_trash(cdb, location, 3600)
+    assert pipeline.collect_garbage(cdb, grace=600) == sorted(old)
+    assert pipeline.get_trash(cdb) == sorted(set(trash) - old)
+    assert all(os.path.isdir(t.location) == (t.location not in old) for t in tables)
+    assert pipeline.collect_garbage(cdb, grace=600) == []
+    assert pipeline.collect_garbage(cdb, grace=600, limit=1) == []
+    assert pipeline.collect_garbage(cdb, limit=2) == sorted(set(trash) - old)[:2]  # grace 0: all, as before
+    with pytest.raises(ValueError, match="grace"):
+        pipeline.collect_garbage(cdb, grace=-1)
+
+
+def test_a_processor_collects_the_trash_once_the_grace_period_is_over(cdb, root):
+    """The recurring collector job, run by processors: old trash is deleted, trash younger
+    than the grace period is kept (and expired ingest worker records are forgotten);
+    however many processors attach it, there is one job."""
+    old, young = dropped_tables(cdb, root, ["old", "young"])
+    age_trash(cdb, old.location, 3600)
+    ingest.register_worker(cdb, "gone", ttl=0.001)  # expired: the job forgets its record too
+    first, second = Processor(cdb), Processor(cdb)
+    for p in (first, second):
+        collector.attach(p, grace=600, every=0.05)
+    assert [j.id for j in jobs.get_jobs(cdb, collector.JOB_TYPE)] == [collector.JOB_ID]
+    with running(first), running(second):
+        assert wait_until(lambda: collector_runs(cdb) >= 3)
+    assert not os.path.exists(old.location)
+    assert os.path.isdir(young.location) and pipeline.get_trash(cdb) == [young.location]
+    assert [j.id for j in jobs.get_jobs(cdb, collector.JOB_TYPE)] == [collector.JOB_ID]
+    assert first.stats["succeeded"] + second.stats["succeeded"] >= 3 and not first.stats["failed"]
+    assert ingest.forget_expired_workers(cdb) == []
+    # a removed (or failed for good) collector job is enqueued again by the next processor
+    jobs.remove(cdb, collector.JOB_TYPE, collector.JOB_ID)
+    collector.attach(Processor(cdb))
+    assert jobs.get_job_state(cdb, collector.JOB_TYPE, collector.JOB_ID) == "pending"
+
+
+def test_attaching_the_collector_leaves_a_scheduled_run_alone(cdb, commit_version):
+    collector.schedule(cdb)
+    info = jobs.get_job(cdb, collector.JOB_TYPE, collector.JOB_ID)
+    before = commit_version()
+    collector.attach(Processor(cdb))
+    assert jobs.get_job(cdb, collector.JOB_TYPE, collector.JOB_ID) == info
+    assert commit_version() == before  # nothing written
 
 
 # --- composition with the job layer ---------------------------------------------------------------

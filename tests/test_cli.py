@@ -22,7 +22,7 @@ import pytest
 import jobs
 from jobs import cli, status
 from jobs.engine.urls import ENV_VAR
-from stored import add_unchecked, snapshot
+from stored import add_unchecked, age_trash, snapshot
 from waiting import DEADLINE, wait_until
 
 JOBS_SCRIPT = Path(sys.executable).parent / "jobs"
@@ -201,6 +201,33 @@ def test_remove(capsys, url, db):
     assert jobs.get_jobs(db) == []
     code, _, err = run(capsys, "--store", url, "show", "t", "a")
     assert code == 1 and err == "jobs: error: job t/a not found\n"
+
+
+def test_gc_deletes_trash_older_than_the_grace_period(capsys, url, db, tmp_path):
+    import pipeline
+    from pipeline import collector
+
+    assert cli.GC_GRACE == collector.DEFAULT_GRACE  # `jobs gc` and the collector job agree
+    pipeline.create_database(db, "sky", location=str(tmp_path / "data"))
+    schema = [{"name": "id", "type": "bigint"}]
+    old, young = (pipeline.create_table(db, "sky", name, schema) for name in ("old", "young"))
+    for t in (old, young):
+        os.makedirs(t.location)
+        pipeline.drop_table(db, "sky", t.name)
+    age_trash(db, old.location, 3600)
+    code, out, _ = run(capsys, "--store", url, "gc")  # default grace: 600 s
+    assert code == 0 and out.splitlines() == [
+        old.location, "deleted 1 location(s) trashed more than 600s ago; 1 left in the trash"]
+    assert not os.path.exists(old.location) and os.path.isdir(young.location)
+    assert run_json(capsys, "--store", url, "gc", "--grace", "60") == {"deleted": [], "grace": 60.0, "left": 1}
+    assert run_json(capsys, "--store", url, "gc", "--grace", "0") == {"deleted": [young.location], "grace": 0.0,
+                                                                      "left": 0}
+    assert not os.path.exists(young.location) and pipeline.get_trash(db) == []
+    for bad in ("-1", "soon", "nan"):
+        code, _, err = run(capsys, "--store", url, "gc", "--grace", bad)
+        assert code == 2 and "--grace" in err
+    code, _, err = run(capsys, "--store", "sqlite:" + str(tmp_path / "nosuch.sqlite"), "gc")
+    assert code == 1 and "jobs: error:" in err and not (tmp_path / "nosuch.sqlite").exists()
 
 
 def test_status(capsys, url, db, monkeypatch):

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,8 +19,9 @@ import pytest
 import jobs
 import pipeline
 from jobs.engine import FDBError
-from pipeline import ingest
+from pipeline import collector, ingest
 from pipeline.errors import (
+    DatabaseBusy,
     DatabaseExists,
     DatabaseNotFound,
     DatabaseNotPublished,
@@ -38,7 +42,8 @@ from pipeline.errors import (
 )
 from pipeline.ingest_files import write_piece
 from pipeline.runtime import table_partitions
-from processors import Processor
+from processors import Processor, TaskFailed
+from stored import age_trash, collector_runs
 from waiting import DEADLINE, running, wait_until
 
 OBJ = [
@@ -188,6 +193,98 @@ def test_placement_is_stable_under_concurrent_requests(sky):
     assert {c: ingest.chunk_placement(db, other.id, c).worker for c in placed} == placed
 
 
+def test_hints_and_new_placements_count_live_workers_only(sky, monkeypatch):
+    """Three workers that stopped heartbeating stayed in the hints and got chunks; now
+    their registrations expire, while a chunk placed earlier keeps its worker."""
+    db = sky
+    now = [1_000_000.0]
+    monkeypatch.setattr(ingest, "clock", lambda: now[0])  # the registrations' clock
+    for name in ("w1", "w2", "w3"):
+        ingest.register_worker(db, name, threads=4, ttl=30)
+    txn = ingest.begin_transaction(db, "sky")
+    assert txn.hints == ingest.Hints(3, 4, ("w1", "w2", "w3"))
+    placed = ingest.chunk_placement(db, txn.id, 0).worker
+    now[0] += 29
+    assert [w.name for w in ingest.list_workers(db)] == ["w1", "w2", "w3"]
+    now[0] += 2  # 31 s after their last heartbeat
+    assert ingest.list_workers(db) == [] and ingest.begin_transaction(db, "sky").hints == ingest.Hints(0, 0, ())
+    with pytest.raises(NoIngestWorkers, match="no live ingest worker"):
+        ingest.chunk_placement(db, txn.id, 1)
+    assert ingest.chunk_placement(db, txn.id, 0).worker == placed  # placed earlier: where it is
+    ingest.register_worker(db, "w4", threads=2, ttl=30)
+    revived = ingest.register_worker(db, "w2", threads=4, ttl=30)  # w2 heartbeats again
+    assert revived.since == revived.seen == now[0]  # a new registration
+    assert ingest.begin_transaction(db, "sky").hints == ingest.Hints(2, 2, ("w2", "w4"))
+    assert {ingest.chunk_placement(db, txn.id, c).worker for c in (1, 2, 3)} <= {"w2", "w4"}
+    assert ingest.chunk_placement(db, txn.id, 0).worker == placed
+    # collocation with another database skips a worker that is gone
+    ingest.register_database(db, "sky2", chunks=4, location=str(pipeline.get_database(db, "sky").location) + "2")
+    other = ingest.begin_transaction(db, "sky2")
+    moved = ingest.chunk_placement(db, other.id, 0).worker
+    assert moved == placed if placed == "w2" else moved in {"w2", "w4"}
+    now[0] += 20
+    assert ingest.register_worker(db, "w4", threads=2, ttl=30).since == now[0] - 20  # a renewal keeps since
+    now[0] += 15  # w2 expired, w4 renewed 15 s ago
+    assert ingest.forget_expired_workers(db) == ["w1", "w2", "w3"]  # expired records do not pile up
+    assert [w.name for w in ingest.list_workers(db)] == ["w4"] and ingest.forget_expired_workers(db) == []
+
+
+def test_a_serving_processor_renews_its_registration_and_drops_it_when_it_stops(sky):
+    db = sky
+    p = Processor(db)
+    ingest.attach(p, worker="w1", ttl=1.0)
+    [first] = ingest.list_workers(db)  # registered at attach
+    with running(p):
+        # renewed by the processor's heartbeat well past its time to live
+        assert wait_until(lambda: any(w.seen > first.seen + 3.0 for w in ingest.list_workers(db)))
+        assert [w.since for w in ingest.list_workers(db)] == [first.since]
+    assert ingest.list_workers(db) == []  # a stopped processor unregisters at once
+
+
+WORKER_MODULE = """
+import os
+import jobs
+from pipeline import collector, ingest
+from processors import Processor
+
+processor = Processor(jobs.open())
+ingest.attach(processor, worker=f"w{os.getpid()}", ttl=1.0)
+"""
+
+
+def test_killed_ingest_workers_drop_out_of_hints_and_placement(tmp_path):
+    """Three `jobs worker` processes killed with SIGKILL (nothing unregisters them): once
+    their registrations expire no hint counts them and no new chunk goes to them."""
+    store = "sqlite:" + str(tmp_path / "jobs.sqlite")
+    (tmp_path / "ingest_worker_mod.py").write_text(WORKER_MODULE)
+    db = jobs.open(store)
+    procs = []
+    try:
+        ingest.register_database(db, "sky", chunks=4, location=str(tmp_path / "data"))
+        procs = [subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", store, "worker",
+                                   "ingest_worker_mod:processor"], cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+        names = {f"w{proc.pid}" for proc in procs}
+        assert wait_until(lambda: {w.name for w in ingest.list_workers(db)} == names)
+        txn = ingest.begin_transaction(db, "sky")
+        assert set(txn.hints.names) == names
+        placed = ingest.chunk_placement(db, txn.id, 2).worker
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(DEADLINE)
+        assert wait_until(lambda: ingest.list_workers(db) == [])
+        assert ingest.begin_transaction(db, "sky").hints.workers == 0
+        with pytest.raises(NoIngestWorkers):
+            ingest.chunk_placement(db, txn.id, 1)
+        assert ingest.chunk_placement(db, txn.id, 2).worker == placed
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        db.close()
+
+
 def interleaved(db, *calls):
     """Run each call (a function of a transaction) in its own transaction, every call's
     reads done before any transaction commits; then commit them in order, each retried as
@@ -280,6 +377,77 @@ def test_register_prerequisites(sky, tmp_path, commit_version):
     assert issubclass(DatabasePublished, IngestError) and issubclass(IngestError, PipelineError)
 
 
+def test_publishing_refuses_open_super_transactions_on_every_path(sky, tmp_path, commit_version):
+    """pipeline.publish_database published with a transaction open, and its loads and end
+    then went into the published database: one publish path now refuses, naming them."""
+    db = sky
+    txn, other = ingest.begin_transaction(db, "sky"), ingest.begin_transaction(db, "sky")
+    with running(worker(db)):
+        ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1, 2], 1)), wait=True)
+    assert pipeline.get_writers(db, "sky") == [f"super-transaction {txn.id}", f"super-transaction {other.id}"]
+    same = nothing_written(commit_version)
+    with pytest.raises(DatabaseBusy, match=rf"super-transaction {txn.id}, super-transaction {other.id} open"):
+        pipeline.publish_database(db, "sky")
+    with pytest.raises(TransactionsOpen, match=rf"\({txn.id}, {other.id}\)") as caught:
+        ingest.publish_database(db, "sky")
+    assert isinstance(caught.value, DatabaseBusy)
+    assert same() and not pipeline.get_database(db, "sky").published
+    ingest.end_transaction(db, txn.id)
+    with pytest.raises(DatabaseBusy, match=rf"super-transaction {other.id} open"):
+        pipeline.publish_database(db, "sky")
+    ingest.end_transaction(db, other.id, commit=False)
+    assert pipeline.get_writers(db, "sky") == []
+    assert pipeline.publish_database(db, "sky").published
+    assert ids_of(table_rows(db)) == {1: [1, 2]} and table_partitions(db, "sky.obj") == ["1"]
+    with pytest.raises(DatabasePublished):
+        ingest.begin_transaction(db, "sky")
+
+
+def test_publish_and_begin_forced_to_interleave_serialise(sky):
+    """Both read before either commits: the second to commit is retried and refused."""
+    db = sky
+
+    def publish(tr):
+        return pipeline.publish_database(tr, "sky")
+
+    def begin(tr):
+        return ingest.begin_transaction(tr, "sky")
+
+    with pytest.raises(DatabasePublished):
+        interleaved(db, publish, begin)
+    assert pipeline.get_database(db, "sky").published and ingest.list_transactions(db) == []
+    ingest.register_database(db, "sky2", chunks=2, location=str(pipeline.get_database(db, "sky").location) + "2")
+    with pytest.raises(DatabaseBusy, match="super-transaction 1 open"):
+        interleaved(db, lambda tr: ingest.begin_transaction(tr, "sky2"),
+                    lambda tr: pipeline.publish_database(tr, "sky2"))
+    assert not pipeline.get_database(db, "sky2").published
+    assert [t.state for t in ingest.list_transactions(db, "sky2")] == ["STARTED"]
+
+
+def test_a_published_database_takes_no_more_data(sky, tmp_path, commit_version):
+    """A STARTED transaction of a published database (a store written before publishing
+    checked the catalog's writers): no load, placement or normal end; an abort only."""
+    db = sky
+    txn = ingest.begin_transaction(db, "sky")
+    queued = ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1], 1)))
+    pipeline.close_writer(db, "sky", f"ingest-{txn.id}")  # as such a store has no writer record
+    pipeline.publish_database(db, "sky")
+    ingest.register_worker(db, "w1")
+    late = write(tmp_path, "b.csv", obj_rows([2], 1))
+    same = nothing_written(commit_version)
+    for call in (lambda: ingest.load_chunk(db, txn.id, "obj", 1, late), lambda: ingest.end_transaction(db, txn.id),
+                 lambda: ingest.chunk_placement(db, txn.id, 1)):
+        with pytest.raises(DatabasePublished, match="'sky'.* published"):
+            call()
+    assert same()
+    with running(worker(db)):  # the load queued before the publish fails when it runs
+        with pytest.raises(TaskFailed) as caught:
+            queued.result(DEADLINE)
+    assert caught.value.error["type"] == "DatabasePublished"
+    assert ingest.end_transaction(db, txn.id, commit=False).state == "ABORTED"
+    assert table_rows(db) == {} and pipeline.get_partitions(db, pipeline.get_table(db, "sky", "obj")) == []
+
+
 def test_placement_and_load_prerequisites(sky, tmp_path, commit_version):
     db = sky
     good = write(tmp_path, "good.csv", obj_rows([1], 1))
@@ -359,6 +527,25 @@ def test_abort_leaves_nothing_behind(sky, tmp_path):
         location = pipeline.get_table(db, "sky", table, published_only=False).location
         assert not os.path.exists(location) or os.listdir(location) == []
     ingest.publish_database(db, "sky")  # no transaction open any more
+
+
+def test_an_aborted_transactions_data_is_collected_by_the_processors_after_the_grace(sky, tmp_path):
+    """Aborted ingest data stayed on disk until someone called collect_garbage."""
+    db = sky
+    p = worker(db)
+    collector.attach(p, grace=600, every=0.05)
+    txn = ingest.begin_transaction(db, "sky")
+    with running(p):
+        ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1, 2], 1)), wait=True)
+        ingest.end_transaction(db, txn.id, commit=False)
+        area = os.path.join(pipeline.get_table(db, "sky", "obj", published_only=False).location, f".ingest-{txn.id}")
+        assert pipeline.get_trash(db) == [area]
+        seen = collector_runs(db)
+        assert wait_until(lambda: collector_runs(db) >= seen + 2)  # younger than the grace period: kept
+        assert os.listdir(area) and pipeline.get_trash(db) == [area]
+        age_trash(db, area, 3600)
+        assert wait_until(lambda: not os.path.exists(area))
+    assert pipeline.get_trash(db) == []
 
 
 # --- malformed rows ------------------------------------------------------------------------

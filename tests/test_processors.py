@@ -301,6 +301,34 @@ def test_recurring_job_runs_again_after_each_run(db):
     assert jobs.get_job_state(db, "tick", "clock") in ("pending", "running")
 
 
+def test_periodic_duties_run_while_serving_and_stop_with_the_processor(db):
+    p = Processor(db)
+    calls, stops = [], []
+
+    def duty():
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            raise RuntimeError("a failing call is logged, and the duty goes on")
+
+    p.periodic(0.01, duty, stop=lambda: stops.append(len(calls)))
+    with pytest.raises(ValueError):
+        p.periodic(0, duty)
+    with pytest.raises(TypeError):
+        p.periodic(1, duty, stop="not callable")
+
+    @p.handler("t", timeout=10)
+    def handle(ctx):
+        return {}
+
+    with running(p):
+        assert wait_until(lambda: len(calls) >= 5)
+        assert stops == []
+    assert len(stops) == 1 and stops[0] == len(calls)  # once, after the last call
+    with running(p):  # a processor run again runs its duties again
+        assert wait_until(lambda: len(calls) >= stops[0] + 2)
+    assert len(stops) == 2
+
+
 def test_unique_tasks_have_deterministic_ids_and_join_the_one_in_flight(db):
     assert processors.task_id("t", {"a": 1, "b": 2}) == processors.task_id("t", {"b": 2, "a": 1})
     assert processors.task_id("t", {"a": 1}) != processors.task_id("t", {"a": 2})
