@@ -726,9 +726,9 @@ def lifetime(engine, monkeypatch) -> float:
     limit is shortened through its module constant; a real cluster's cannot be."""
     if engine.name == "fdb":
         return 5.5
-    from jobs.engine import embedded
+    from jobs.engine import limits
 
-    monkeypatch.setattr(embedded, "TRANSACTION_LIFETIME", 1.0)
+    monkeypatch.setattr(limits, "TRANSACTION_LIFETIME", 1.0)
     return 1.5
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from jobs.engine import embedded
+from jobs.engine import commit as embedded_commit
+from jobs.engine.commit import prune_history
 from jobs.engine.checkpoints import Checkpointer
 from jobs.engine.embedded import EmbeddedDatabase
 
@@ -38,9 +39,9 @@ def test_prune_keeps_recent_history_and_works_off_a_backlog_in_bounded_steps(tmp
     conn = db._connect()
     try:
         now = time.time()
-        old = 3 * embedded.PRUNE_SCAN  # entries older than the history kept
+        old = 3 * embedded_commit.PRUNE_SCAN  # entries older than the history kept
         recent = 100
-        rows = [(v, now - embedded.HISTORY_SECONDS - 60 + v / 1000, b"") for v in range(1, old + 1)]
+        rows = [(v, now - embedded_commit.HISTORY_SECONDS - 60 + v / 1000, b"") for v in range(1, old + 1)]
         rows += [(v, now - 1.0, b"") for v in range(old + 1, old + recent + 1)]
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("DELETE FROM commits")
@@ -50,14 +51,14 @@ def test_prune_keeps_recent_history_and_works_off_a_backlog_in_bounded_steps(tmp
         pruned, steps = 0, []
         while True:
             conn.execute("BEGIN IMMEDIATE")
-            after = db._prune(conn, now, pruned)
+            after = prune_history(conn, now, pruned)
             conn.execute("COMMIT")
             if after == pruned:
                 break
             steps.append(after - pruned)
             pruned = after
         assert pruned == old  # everything older than the history, nothing newer
-        assert max(steps) <= embedded.PRUNE_SCAN and len(steps) == 3
+        assert max(steps) <= embedded_commit.PRUNE_SCAN and len(steps) == 3
         left = [v for (v,) in conn.execute("SELECT version FROM commits ORDER BY version")]
         assert left == list(range(old + 1, old + recent + 1))
     finally:

@@ -1,0 +1,50 @@
+"""Keys and values as the embedded engine takes them: converted from what callers pass
+(bytes, or objects with ``as_foundationdb_key``/``_value`` as the bindings allow) and
+checked against FoundationDB's limits, with its error codes."""
+
+from __future__ import annotations
+
+from . import errors as E
+from .errors import FDBError
+from .limits import KEY_SIZE_LIMIT, VALUE_SIZE_LIMIT
+
+
+def to_key(key) -> bytes:
+    if type(key) is bytes:
+        return key
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    to_key = getattr(key, "as_foundationdb_key", None)
+    if to_key is not None:
+        return to_key()
+    raise TypeError(f"keys must be bytes, not {type(key).__name__}")
+
+
+def to_value(value) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    to_value = getattr(value, "as_foundationdb_value", None)
+    if to_value is not None:
+        return to_value()
+    raise TypeError(f"values must be bytes, not {type(value).__name__}")
+
+
+def check_write_key(key: bytes) -> None:
+    if len(key) > KEY_SIZE_LIMIT:
+        raise FDBError(E.KEY_TOO_LARGE, f"{len(key)} bytes > {KEY_SIZE_LIMIT}")
+    if key[:1] == b"\xff":
+        raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE, "keys starting with 0xFF are reserved")
+
+
+def check_value(value: bytes) -> None:
+    if len(value) > VALUE_SIZE_LIMIT:
+        raise FDBError(E.VALUE_TOO_LARGE, f"{len(value)} bytes > {VALUE_SIZE_LIMIT}")
+
+
+def strinc_or_end(prefix: bytes) -> bytes:
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff"
+    return stripped[:-1] + bytes([stripped[-1] + 1])

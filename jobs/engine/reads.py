@@ -1,0 +1,310 @@
+"""Reads of the embedded engine's transactions (as the bindings' ``TransactionRead``): the
+transaction's state, its read snapshot and read version, point and range reads through its
+own writes (read-your-writes), key selectors, and the read conflict ranges they record."""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+from . import errors as E
+from . import limits
+from .atomic import ATOMIC_OPS
+from .errors import FDBError
+from .fdbapi import KeySelector, KeyValue
+from .futures import Future, RangeResult, Value
+from .keyvalues import strinc_or_end, to_key
+from .limits import TRANSACTION_SIZE_LIMIT
+from .options import TransactionOptions
+from .ranges import in_ranges, merge_ranges, overlaps_spans, subtract
+
+# on_error backoff, FoundationDB client defaults.
+INITIAL_BACKOFF = 0.01
+MAX_BACKOFF = 1.0
+
+# Write-buffer entry tags (what the transaction's own reads see for a key).
+_SET, _CLEAR, _ATOMIC, _UNREADABLE = 0, 1, 2, 3
+
+
+class TransactionRead:
+    """The state and the reads of a transaction on the embedded store (its writes, watches
+    and commit: ``transaction.Transaction``).  Not thread-safe."""
+
+    def __init__(self, db):
+        self.db = db
+        self.options = TransactionOptions(self)
+        self.snapshot = _Snapshot(self)
+        self._ref = weakref.ref(self)  # what this transaction's read results hold (see futures.Value)
+        self._backoff = INITIAL_BACKOFF
+        self._retries = 0
+        self._created = time.monotonic()
+        self._conn = None
+        self._reset_options()
+        self._reset_state()
+
+    def _reset_options(self) -> None:
+        """Options as a new transaction has them (``reset()`` clears them, as FDB's does;
+        ``on_error`` keeps them)."""
+        self._retry_limit: int | None = None
+        self._timeout: float | None = None
+        self._size_limit = TRANSACTION_SIZE_LIMIT
+        self._ryw = True  # reads see this transaction's writes (read_your_writes_disable)
+        self._snapshot_ryw = True  # ... snapshot reads too (snapshot_ryw_disable)
+
+    # --- state -------------------------------------------------------------------------
+
+    def _reset_state(self) -> None:
+        self._release_conn()
+        self._rv: int | None = None
+        self._rv_time = 0.0
+        # key -> (tag, payload): what this transaction's reads see for keys it wrote.
+        self._writes: dict[bytes, tuple] = {}
+        self._cleared: list[tuple[bytes, bytes]] = []  # ranges cleared by this transaction
+        self._log: list[tuple] = []  # mutations in call order, replayed at commit
+        self._reads: list[tuple[bytes, bytes]] = []  # read conflict ranges
+        self._extra_writes: list[tuple[bytes, bytes]] = []  # explicit write conflict ranges
+        self._size = 0
+        self._stamp_future: Future | None = None
+        # watches of this attempt: [key, baseline (value seen when it was set), future]
+        self._watches: list[list] = []
+        self._unreadable: list[tuple[bytes, bytes]] = []  # spans of versionstamped keys (1036)
+        self._no_conflict: set[int] = set()  # log entries with no write conflict range
+        self._next_no_conflict = False
+        self._committed_version = -1
+        self._cancelled = False
+        self._committed = False
+        self._failed = False  # the last commit failed: unusable until on_error() or reset()
+
+    def _release_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self.db._put_conn(conn, rollback=True)
+
+    def _check_usable(self) -> None:
+        if self._cancelled:
+            raise FDBError(E.TRANSACTION_CANCELLED)
+        if self._failed:
+            raise FDBError(E.USED_DURING_COMMIT, "the last commit failed: call on_error() or reset() first")
+        if self._committed:
+            raise FDBError(E.USED_DURING_COMMIT, "transaction already committed; reset() it")
+        if self._timeout is not None and time.monotonic() - self._created > self._timeout:
+            raise FDBError(E.TRANSACTION_TIMED_OUT)
+
+    def _read_conn(self):
+        """The connection holding this transaction's read snapshot (opened on first use)."""
+        self._check_usable()
+        conn = self._conn
+        if conn is None:
+            conn = self.db._get_conn()
+            try:
+                conn.execute("BEGIN")
+                self._rv = conn.execute("SELECT version FROM state").fetchone()[0]
+            except BaseException:
+                self.db._put_conn(conn, rollback=True)
+                raise
+            self._conn = conn
+            self._rv_time = time.monotonic()
+        elif time.monotonic() - self._rv_time > limits.TRANSACTION_LIFETIME:
+            raise FDBError(E.TRANSACTION_TOO_OLD)
+        return conn
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get_read_version(self) -> Future:
+        self._read_conn()
+        return Future.ready(self._rv)
+
+    def _sees_own_writes(self, snapshot: bool) -> bool:
+        return self._ryw and (self._snapshot_ryw or not snapshot)
+
+    def _get(self, key, snapshot: bool) -> Value:
+        key = to_key(key)
+        if key[:1] == b"\xff":
+            raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
+        if self._unreadable and in_ranges(key, self._unreadable):
+            self._check_usable()
+            raise FDBError(E.ACCESSED_UNREADABLE, "key may be one written with a versionstamp in this transaction")
+        entry = self._writes.get(key) if self._sees_own_writes(snapshot) else None
+        if entry is not None and entry[0] != _ATOMIC:
+            self._check_usable()
+            if entry[0] == _UNREADABLE:
+                raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
+            return Value(entry[1] if entry[0] == _SET else None, self._ref)
+        if entry is None and self._cleared and self._sees_own_writes(snapshot) and in_ranges(key, self._cleared):
+            self._check_usable()
+            return Value(None, self._ref)
+        row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        if not snapshot:
+            self._reads.append((key, key + b"\x00"))
+        value = row[0] if row else None
+        if entry is not None:  # atomic ops on an unknown base: resolve against the store
+            for op, param in entry[1]:
+                value = ATOMIC_OPS[op](value, param)
+        return Value(value, self._ref)
+
+    def get(self, key) -> Value:
+        return self._get(key, False)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.get_range(key.start or b"", key.stop or b"\xff")
+        return self.get(key)
+
+    def _scan(self, begin: bytes, end: bytes, reverse: bool, ryw: bool = True):
+        """Rows of this transaction's view of ``[begin, end)`` in order, lazily (without
+        its own writes when ``ryw`` is false)."""
+        conn = self._read_conn()
+        order = "DESC" if reverse else "ASC"
+        cursor = conn.execute(
+            f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {order}", (begin, end)
+        )
+        if not ryw:
+            try:
+                yield from cursor
+            finally:
+                cursor.close()
+            return
+        own = sorted((k for k in self._writes if begin <= k < end), reverse=reverse)
+        writes, cleared = self._writes, self._cleared
+        i = 0
+        try:
+            for k, v in cursor:
+                while i < len(own) and (own[i] > k if reverse else own[i] < k):
+                    yield from self._own_row(own[i], None)
+                    i += 1
+                if i < len(own) and own[i] == k:
+                    i += 1
+                    yield from self._own_row(k, v)
+                elif k not in writes and not (cleared and in_ranges(k, cleared)):
+                    yield k, v
+            while i < len(own):
+                yield from self._own_row(own[i], None)
+                i += 1
+        finally:
+            cursor.close()
+
+    def _own_row(self, key: bytes, stored: bytes | None):
+        tag, payload = self._writes[key]
+        if tag == _SET:
+            yield key, payload
+        elif tag == _ATOMIC:
+            value = None if in_ranges(key, self._cleared) else stored
+            for op, param in payload:
+                value = ATOMIC_OPS[op](value, param)
+            if value is not None:
+                yield key, value
+        elif tag == _UNREADABLE:
+            raise FDBError(1036, "range includes a key written with a versionstamp")
+
+    def _resolve(self, sel, snapshot: bool) -> bytes:
+        """The key a key selector points at, in this transaction's view."""
+        if not isinstance(sel, KeySelector) and not hasattr(sel, "or_equal"):
+            return to_key(sel)
+        key, or_equal, offset = to_key(sel.key), sel.or_equal, sel.offset
+        if offset >= 1:  # the offset-th key at or after the pivot
+            pivot = key + b"\x00" if or_equal else key
+            n, found = offset, b"\xff"
+            for k, _v in self._scan(pivot, b"\xff", False):
+                n -= 1
+                if n == 0:
+                    found = k
+                    break
+            if not snapshot:
+                self._reads.append((pivot, found + b"\x00" if found != b"\xff" else b"\xff"))
+            return found
+        # the (1 - offset)-th key before the pivot
+        pivot = key + b"\x00" if or_equal else key
+        pivot = min(pivot, b"\xff")
+        n, found = 1 - offset, b""
+        for k, _v in self._scan(b"", pivot, True):
+            n -= 1
+            if n == 0:
+                found = k
+                break
+        if not snapshot:
+            self._reads.append((found, pivot))
+        return found
+
+    def _get_key(self, selector, snapshot: bool) -> Value:
+        return Value(self._resolve(selector, snapshot), self._ref)
+
+    def get_key(self, selector) -> Value:
+        return self._get_key(selector, False)
+
+    def _get_range(self, begin, end, limit, reverse, snapshot) -> RangeResult:
+        begin = self._resolve(begin, snapshot)
+        end = self._resolve(end, snapshot)
+        if end > b"\xff":
+            raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
+        limit = limit or 0
+        if limit < 0:
+            raise FDBError(E.INVALID_OPTION_VALUE, "limit must not be negative")
+        rows: list[KeyValue] = []
+        if begin >= end:
+            self._check_usable()
+            return RangeResult(rows, self)
+        if self._unreadable and overlaps_spans(begin, end, self._unreadable):
+            raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
+        ryw = self._sees_own_writes(snapshot)
+        for k, v in self._scan(begin, end, reverse, ryw):
+            rows.append(KeyValue(k, v))
+            if len(rows) == limit:
+                break
+        if not snapshot:
+            full = limit == 0 or len(rows) < limit
+            if full:
+                span = (begin, end)
+            elif reverse:
+                span = (rows[-1].key, end)
+            else:
+                span = (begin, rows[-1].key + b"\x00")
+            self._reads.extend(self._not_own(*span) if ryw and (self._writes or self._cleared) else (span,))
+        return RangeResult(rows, self)
+
+    def _not_own(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """The parts of ``[begin, end)`` whose contents this transaction does not know from
+        its own writes (cleared ranges, keys set or cleared): a range read conflicts on
+        those only, as FoundationDB's does."""
+        known = [(k, k + b"\x00") for k, (tag, _p) in self._writes.items() if begin <= k < end and tag <= _CLEAR]
+        return subtract([(begin, end)], merge_ranges(self._cleared + known))
+
+    def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> RangeResult:
+        """Rows of ``[begin, end)`` (keys or key selectors), at most ``limit`` (0: all), as
+        an iterable (no ``len``: the bindings' ``FDBRange`` is lazy).
+
+        Only the part really scanned becomes a read conflict range, less what this
+        transaction's own writes already determine."""
+        return self._get_range(begin, end, limit, reverse, False)
+
+    def get_range_startswith(self, prefix, *args, **kwargs) -> RangeResult:
+        prefix = to_key(prefix)
+        return self.get_range(prefix, strinc_or_end(prefix), *args, **kwargs)
+
+
+class _Snapshot:
+    """``tr.snapshot``: the same reads, adding no read conflict ranges."""
+
+    def __init__(self, tr: TransactionRead):
+        self._tr = weakref.proxy(tr)  # no cycle: a dropped transaction is destroyed at once
+        self.snapshot = self
+
+    def get(self, key) -> Value:
+        return self._tr._get(key, True)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.get_range(key.start or b"", key.stop or b"\xff")
+        return self.get(key)
+
+    def get_key(self, selector) -> Value:
+        return self._tr._get_key(selector, True)
+
+    def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None):
+        return self._tr._get_range(begin, end, limit, reverse, True)
+
+    def get_range_startswith(self, prefix, *args, **kwargs):
+        prefix = to_key(prefix)
+        return self.get_range(prefix, strinc_or_end(prefix), *args, **kwargs)
+
+    def get_read_version(self) -> Future:
+        return self._tr.get_read_version()

@@ -1,0 +1,280 @@
+"""The embedded store: one SQLite file (WAL) shared by the processes of one machine, its
+connections, its single writer lock, and the database API (``create_transaction``, and
+the bindings' one-transaction shortcuts ``get``/``set``/``get_range``...)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+
+from . import errors as E
+from .checkpoints import Checkpointer
+from .errors import FDBError, StoreFileError
+from .fdbapi import KeyValue
+from .transaction import Transaction
+from .watches import Watches
+
+FORMAT_NAME = "fdb-jobs-embedded"
+FORMAT_VERSION = 1
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 0),
+                                  version INTEGER NOT NULL, pruned INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS commits (version INTEGER PRIMARY KEY, ts REAL NOT NULL,
+                                    ranges BLOB NOT NULL);
+"""
+
+
+class EmbeddedDatabase:
+    """A store file opened by this process.  Thread-safe; share one per process.
+
+    ``path``: the SQLite file (created with ``create=True`` when missing; its directory
+    must exist).  ``memory=True``: a private store in a temporary directory (in RAM under
+    /dev/shm where available), deleted by :meth:`close`.  ``sync="full"`` makes every
+    commit durable against power loss, not only against process crashes."""
+
+    def __init__(self, path=None, *, memory: bool = False, create: bool = True, sync: str = "normal"):
+        self._tmpdir = None
+        if memory:
+            base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+            self._tmpdir = tempfile.mkdtemp(prefix="jobs-memory-", dir=base)
+            path = os.path.join(self._tmpdir, "store.sqlite")
+        if path is None:
+            raise ValueError("EmbeddedDatabase needs a path (or memory=True)")
+        if sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', not {sync!r}")
+        self.path = os.fspath(path)
+        self.memory = memory
+        self._sync = sync.upper()
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory):
+            raise StoreFileError(f"cannot open store {self.path!r}: directory {directory!r} does not exist")
+        if not create and not os.path.exists(self.path):
+            raise StoreFileError(f"store file {self.path!r} does not exist")
+        self._pid = os.getpid()
+        self._pool: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._thread_lock = threading.Lock()
+        self._lock_fd = None
+        self._closed = False
+        self._watches = Watches(self)
+        self._checkpointer = Checkpointer(self)
+        self._init_store()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedDatabase({'memory' if self.memory else self.path!r})"
+
+    # --- connections -------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            conn.execute(f"PRAGMA synchronous = {self._sync}")
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA cache_size = -16000")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.SAFETY_PAGES}")
+        except sqlite3.DatabaseError as exc:
+            raise StoreFileError(f"cannot open store {self.path!r}: {exc}") from exc
+        return conn
+
+    def _after_fork(self) -> None:
+        # SQLite connections and flock descriptions must not be shared with a parent.
+        self._pid = os.getpid()
+        self._pool = []
+        self._lock_fd = None
+        self._watches = Watches(self)
+        self._checkpointer = Checkpointer(self)
+
+    def _get_conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise FDBError(E.OPERATION_CANCELLED, "database is closed")
+        if os.getpid() != self._pid:
+            self._after_fork()
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        return self._connect()
+
+    def _put_conn(self, conn: sqlite3.Connection, rollback: bool) -> None:
+        if rollback and conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if os.getpid() != self._pid or self._closed:
+            return
+        with self._pool_lock:
+            if len(self._pool) < 16:
+                self._pool.append(conn)
+                return
+        conn.close()
+
+    def _write_lock(self):
+        return _WriteLock(self)
+
+    # --- store file --------------------------------------------------------------------
+
+    def _init_store(self) -> None:
+        conn = self._connect()
+        try:
+            self._refuse_foreign(conn)  # before the lock file, the WAL mode or a table is made
+            with self._write_lock():
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    conn.executescript(_SCHEMA)
+                    conn.execute("BEGIN IMMEDIATE")
+                    meta = dict(conn.execute("SELECT name, value FROM meta"))
+                    if not meta:
+                        if conn.execute("SELECT 1 FROM kv LIMIT 1").fetchone():
+                            raise StoreFileError(f"{self.path!r} holds data but no store format")
+                        conn.executemany(
+                            "INSERT INTO meta (name, value) VALUES (?, ?)",
+                            [("format", FORMAT_NAME), ("format_version", FORMAT_VERSION)],
+                        )
+                        conn.execute("INSERT INTO state (id, version, pruned) VALUES (0, 0, 0)")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.DatabaseError as exc:
+            raise StoreFileError(
+                f"{self.path!r} is not a usable job store ({exc}); point the store URL at "
+                "another file or remove this one"
+            ) from exc
+        finally:
+            conn.close()
+        if meta and meta.get("format") != FORMAT_NAME:
+            raise StoreFileError(f"{self.path!r} is an SQLite file but not a job store")
+        if meta and int(meta.get("format_version", 0)) > FORMAT_VERSION:
+            raise StoreFileError(
+                f"{self.path!r} was written by a newer release (format "
+                f"{meta['format_version']} > {FORMAT_VERSION}); upgrade this package"
+            )
+
+    def _refuse_foreign(self, conn) -> None:
+        """StoreFileError when the file is another application's SQLite database: it has
+        tables a store has not, or a ``meta`` table naming another format.  (An empty file,
+        or one with only a store's tables, is a new or half-created store.)"""
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if not name.startswith("sqlite_")}  # (SQLite's own: statistics, sequences)
+        foreign = sorted(tables - {"kv", "meta", "state", "commits"})
+        if not foreign and "meta" in tables:
+            fmt = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            foreign = [] if fmt is None or fmt[0] == FORMAT_NAME else [f"meta (format {fmt[0]!r:.40})"]
+        if foreign:
+            raise StoreFileError(
+                f"{self.path!r} is an SQLite database but not a job store (it has tables "
+                f"{', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); it was left as it was"
+            )
+
+    # --- the database API --------------------------------------------------------------
+
+    def create_transaction(self) -> Transaction:
+        if self._closed:
+            raise FDBError(E.OPERATION_CANCELLED, "database is closed")
+        return Transaction(self)
+
+    def _run(self, fn):
+        from .transactional import run
+
+        return run(self, fn)
+
+    def get(self, key) -> bytes | None:
+        return self._run(lambda tr: tr.get(key).value)  # (the bindings' Database.get: bytes or None)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.get_range(key.start or b"", key.stop or b"\xff")
+        return self.get(key)
+
+    def set(self, key, value) -> None:
+        self._run(lambda tr: tr.set(key, value))
+
+    __setitem__ = set
+
+    def clear(self, key) -> None:
+        self._run(lambda tr: tr.clear(key))
+
+    def __delitem__(self, key) -> None:
+        if isinstance(key, slice):
+            self.clear_range(key.start or b"", key.stop or b"\xff")
+        else:
+            self.clear(key)
+
+    def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> list[KeyValue]:
+        return self._run(lambda tr: list(tr.get_range(begin, end, limit, reverse)))
+
+    def get_range_startswith(self, prefix, *args, **kwargs) -> list[KeyValue]:
+        return self._run(lambda tr: list(tr.get_range_startswith(prefix, *args, **kwargs)))
+
+    def clear_range(self, begin, end) -> None:
+        self._run(lambda tr: tr.clear_range(begin, end))
+
+    def clear_range_startswith(self, prefix) -> None:
+        self._run(lambda tr: tr.clear_range_startswith(prefix))
+
+    def commit_version(self) -> int:
+        """The store's commit counter (the last versionstamp's first 8 bytes)."""
+        conn = self._get_conn()
+        try:
+            return conn.execute("SELECT version FROM state").fetchone()[0]
+        finally:
+            self._put_conn(conn, rollback=True)
+
+    def close(self) -> None:
+        """Close connections and stop the watch thread; a memory store is deleted."""
+        if self._closed:
+            return
+        self._closed = True
+        self._watches.close()
+        self._checkpointer.close()
+        with self._pool_lock:
+            pool, self._pool = self._pool, []
+        for conn in pool:
+            conn.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def __enter__(self) -> "EmbeddedDatabase":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _WriteLock:
+    """The store's single writer lock: a thread lock inside the process, ``flock`` on
+    ``<store>-lock`` across processes (released by the kernel if the process dies)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: EmbeddedDatabase):
+        self._db = db
+
+    def __enter__(self):
+        db = self._db
+        db._thread_lock.acquire()
+        try:
+            if db._lock_fd is None or os.getpid() != db._pid:
+                if os.getpid() != db._pid:
+                    db._after_fork()
+                db._lock_fd = os.open(db.path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(db._lock_fd, fcntl.LOCK_EX)
+        except BaseException:
+            db._thread_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            fcntl.flock(self._db._lock_fd, fcntl.LOCK_UN)
+        finally:
+            self._db._thread_lock.release()
