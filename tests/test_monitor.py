@@ -5,7 +5,6 @@ conditions with generous deadlines; nothing here asserts how fast."""
 from __future__ import annotations
 
 import threading
-import time
 
 import anyio
 import pytest
