@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import jobs
 from jobs.engine import Subspace
-from jobs.engine import embedded
+from jobs.engine import limits
 from jobs.engine.embedded import EmbeddedDatabase
 from jobs.engine.faults import FaultInjectingDatabase
 
@@ -89,10 +89,10 @@ class JobModel(RuleBasedStateMachine):
         self.tokens = 0
 
         # Retries back off as on FoundationDB, but shorter here: the search runs more steps.
-        self._backoff, embedded.INITIAL_BACKOFF = embedded.INITIAL_BACKOFF, 0.0005
+        self._backoff, limits.INITIAL_BACKOFF = limits.INITIAL_BACKOFF, 0.0005
 
     def teardown(self):
-        embedded.INITIAL_BACKOFF = self._backoff
+        limits.INITIAL_BACKOFF = self._backoff
         self.raw.close()
 
     # --- helpers --------------------------------------------------------------------------

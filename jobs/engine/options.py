@@ -45,7 +45,7 @@ class TransactionOptions:
         self._tr._retry_limit = None if limit < 0 else limit
 
     def set_max_retry_delay(self, milliseconds: int) -> None:
-        pass  # backoff is already capped at MAX_BACKOFF
+        pass  # backoff is already capped at limits.MAX_BACKOFF
 
     def set_size_limit(self, size: int) -> None:
         if not 32 <= size <= TRANSACTION_SIZE_LIMIT:

@@ -18,10 +18,6 @@ from .limits import TRANSACTION_SIZE_LIMIT
 from .options import TransactionOptions
 from .ranges import in_ranges, merge_ranges, overlaps_spans, subtract
 
-# on_error backoff, FoundationDB client defaults.
-INITIAL_BACKOFF = 0.01
-MAX_BACKOFF = 1.0
-
 # Write-buffer entry tags (what the transaction's own reads see for a key).
 _SET, _CLEAR, _ATOMIC, _UNREADABLE = 0, 1, 2, 3
 
@@ -35,7 +31,7 @@ class TransactionRead:
         self.options = TransactionOptions(self)
         self.snapshot = _Snapshot(self)
         self._ref = weakref.ref(self)  # what this transaction's read results hold (see futures.Value)
-        self._backoff = INITIAL_BACKOFF
+        self._backoff = limits.INITIAL_BACKOFF
         self._retries = 0
         self._created = time.monotonic()
         self._conn = None

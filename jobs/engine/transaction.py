@@ -15,7 +15,7 @@ from .errors import FDBError
 from .futures import Future
 from .keyvalues import check_value, check_write_key, strinc_or_end, to_key, to_value
 from .ranges import check_stamp_param, in_ranges, merge_ranges, stamped_key_span
-from .reads import _ATOMIC, _CLEAR, _SET, _UNREADABLE, INITIAL_BACKOFF, MAX_BACKOFF, TransactionRead
+from .reads import _ATOMIC, _CLEAR, _SET, _UNREADABLE, TransactionRead
 from .watches import UNKNOWN as _UNKNOWN
 
 
@@ -307,7 +307,7 @@ class Transaction(TransactionRead):
             raise error if isinstance(error, BaseException) else FDBError(code)
         self._retries += 1
         delay = random.uniform(0, self._backoff)
-        self._backoff = min(self._backoff * 2, MAX_BACKOFF)
+        self._backoff = min(self._backoff * 2, limits.MAX_BACKOFF)
         self._cancel_watches()
         self._reset_state()
         if delay:
@@ -320,7 +320,7 @@ class Transaction(TransactionRead):
         self._cancel_watches()
         self._reset_state()
         self._reset_options()
-        self._backoff = INITIAL_BACKOFF
+        self._backoff = limits.INITIAL_BACKOFF
         self._retries = 0
         self._created = time.monotonic()
 
