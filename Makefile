@@ -23,10 +23,10 @@ test-fdb: $(STAMP)
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(VENV)/bin/python -m pipeline.demo $(DEMO_ARGS)
+	$(VENV)/bin/python -m jobsctl.demos.pipeline $(DEMO_ARGS)
 
 demo-queue: $(STAMP)
-	$(VENV)/bin/python -m jobs.demo $(DEMO_ARGS)
+	$(VENV)/bin/python -m jobsctl.demos.queue $(DEMO_ARGS)
 
 install: $(STAMP)
 

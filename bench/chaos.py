@@ -66,7 +66,7 @@ class Workers:
 
     def start(self) -> subprocess.Popen:
         env = {**os.environ, "CHAOS_LOGDIR": self.logdir, "PYTHONPATH": ROOT}
-        cmd = [sys.executable, "-m", "jobs.cli", "--store", self.url, "worker", "bench.chaos_app:processor",
+        cmd = [sys.executable, "-m", "jobsctl", "--store", self.url, "worker", "bench.chaos_app:processor",
                "--concurrency", str(self.concurrency)]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(self.logdir, "stderr.log"), "a"))
@@ -141,7 +141,7 @@ def chaos(args) -> dict:
     workers = Workers(url, logdir, args.concurrency)
     monitor = None
     if args.monitor:  # a monitor that is never killed, as a deployment would run it
-        monitor = subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", url, "monitor"], cwd=ROOT,
+        monitor = subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", url, "monitor"], cwd=ROOT,
                                    env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.DEVNULL,
                                    stderr=open(os.path.join(logdir, "monitor.log"), "a"))
     began = time.monotonic()

@@ -1,4 +1,4 @@
-"""The ``jobs`` console script: every command in-process (``jobs.cli.main``) on a store file
+"""The ``jobs`` console script: every command in-process (``jobsctl.cli.main``) on a store file
 in tmp_path, human and ``--json`` output, the store chosen by ``--store`` or
 ``$JOBS_STORE``, bad input (one ``jobs: error:`` line, no traceback), and the installed
 script end to end, ``worker`` included."""
@@ -20,7 +20,8 @@ import orjson
 import pytest
 
 import jobs
-from jobs import cli, status
+from jobs import status
+from jobsctl import cli
 from jobs.engine.urls import ENV_VAR
 from stored import add_unchecked, age_trash, snapshot
 from waiting import DEADLINE, wait_until

@@ -1,4 +1,4 @@
-"""The README's main command, small: ``python -m pipeline.demo`` with a few thousand rows
+"""The README's main command, small: ``python -m jobsctl.demos.pipeline`` with a few thousand rows
 must run end to end (ingest, validate finding the planted violations, build index with a
 worker killed half-way, CTAS) and exit 0.  Three JVMs start: about a minute."""
 
@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_pipeline_demo_runs_end_to_end(tmp_path):
-    cmd = [sys.executable, "-m", "pipeline.demo", "--rows", "3000", "--workers", "2", "--dir", str(tmp_path / "demo")]
+    cmd = [sys.executable, "-m", "jobsctl.demos.pipeline", "--rows", "3000", "--workers", "2", "--dir", str(tmp_path / "demo")]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout

@@ -24,7 +24,8 @@ import pytest
 
 import jobs
 import monitor
-from jobs import cli, status
+from jobs import status
+from jobsctl import cli
 from stored import add_unchecked
 from monitor import StatusServer
 from waiting import DEADLINE, wait_until
@@ -372,7 +373,7 @@ def test_cli_serve_status_until_sigterm(tmp_path, store, as_json):
     jobs.add(store, "t", "a")
     url = "sqlite:" + str(tmp_path / "jobs.sqlite")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "--store", url, "serve-status", "--port", "0",
+        [sys.executable, "-m", "jobsctl", "--store", url, "serve-status", "--port", "0",
          *(["--json"] if as_json else [])],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={k: v for k, v in os.environ.items() if k != "JOBS_STORE"},

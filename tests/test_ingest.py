@@ -261,7 +261,7 @@ def test_killed_ingest_workers_drop_out_of_hints_and_placement(tmp_path):
     procs = []
     try:
         ingest.register_database(db, "sky", chunks=4, location=str(tmp_path / "data"))
-        procs = [subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", store, "worker",
+        procs = [subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", store, "worker",
                                    "ingest_worker_mod:processor"], cwd=tmp_path,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
         names = {f"w{proc.pid}" for proc in procs}

@@ -49,7 +49,7 @@ class Hang(Operation):  # the client's view of the same kind (start, wait)
 
 def _worker(store: str, cwd, marks) -> subprocess.Popen:
     env = {**os.environ, "OPAPP_MARKS": str(marks)}
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", store, "worker", "opapp:processor"],
+    return subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", store, "worker", "opapp:processor"],
                             cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -20,7 +20,7 @@ import processors
 from jobs import activity, keys, status
 from jobs.accepting import this_worker
 from jobs.api import get_run_info
-from jobs.cli import main as cli_main
+from jobsctl.cli import main as cli_main
 from jobs.codec import Lost, Row, encode_row
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run

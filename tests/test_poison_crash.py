@@ -122,7 +122,7 @@ class Supervisor:
         self.monitor = self._start("monitor")
 
     def _start(self, *command) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", self.store, *command], cwd=self.cwd,
+        return subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", self.store, *command], cwd=self.cwd,
                                 env=self.env, stdout=subprocess.DEVNULL, stderr=self.log)
 
     def keep_up(self) -> None:

@@ -81,12 +81,12 @@ class OursPeer(Peer):
         jobs.add(self.db, TYPE, f"e{self.n}", {"enq": enq, "block": block} if block else {"enq": enq})
 
     def worker_cmd(self):
-        return [python(), "-m", "jobs.cli", "--store", self.url, "worker", f"{self.module}:processor",
+        return [python(), "-m", "jobsctl", "--store", self.url, "worker", f"{self.module}:processor",
                 "--concurrency", "1"]
 
     def helper_cmds(self, workload):
         if workload == "recovery":
-            return [[python(), "-m", "jobs.cli", "--store", self.url, "monitor"]]
+            return [[python(), "-m", "jobsctl", "--store", self.url, "monitor"]]
         return []
 
 

@@ -4,7 +4,7 @@ Each worker process loops ``accept`` / ``update`` / ``finish``; some jobs are sc
 few seconds ahead and are only taken once due.  At the end every job's final data is read
 back to check that each ran exactly once, and a short summary is printed.
 
-    python -m jobs.demo [--jobs N] [--workers K] [--store PATH]
+    python -m jobsctl.demos.queue [--jobs N] [--workers K] [--store PATH]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _bar(done: int, total: int, width: int = 40) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m jobsctl.demos.queue", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=3000, help="jobs to add (default 3000)")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     parser.add_argument("--store", default=".jobs/demo.sqlite", help="store file (recreated)")

@@ -12,8 +12,8 @@ filtered by processor processes on Spark, one of which is killed half-way.
 5. create ``sky.bright`` as a query's result (atomic CTAS);
 6. print what ran where, what was re-run, the violations found, and the time.
 
-    python -m pipeline.demo                       # defaults: 4 chunks x 150,000 rows, 2 workers
-    python -m pipeline.demo --rows 20000 --keep   # smaller; keep the store and data
+    python -m jobsctl.demos.pipeline                       # defaults: 4 chunks x 150,000 rows, 2 workers
+    python -m jobsctl.demos.pipeline --rows 20000 --keep   # smaller; keep the store and data
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import time
 
 import jobs
 
-from . import ctas as ctas_mod
-from . import index as index_mod
-from . import ingest
-from .runtime import operations
+from pipeline import ctas as ctas_mod
+from pipeline import index as index_mod
+from pipeline import ingest
+from pipeline.runtime import operations
 
 DATABASE, TABLE, TARGET = "sky", "objects", "bright"
 SCHEMA = [
@@ -44,7 +44,7 @@ SCHEMA = [
     {"name": "mag", "type": "double"},
     {"name": "name", "type": "string", "nullable": False},
 ]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def parse_args(argv=None):
@@ -132,7 +132,7 @@ class Cluster:
         self.monitor = self._spawn(["monitor"], "monitor.log")
 
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "jobs.cli", "--store", self.url, *args], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", self.url, *args], cwd=ROOT,
                                 env=self.env, stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(self.workdir, log), "a"))
 

@@ -1,0 +1,125 @@
+"""The ``jobs`` commands on a store: each takes the parsed arguments and returns its JSON
+document (``views.HUMAN`` renders it for people)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jobs
+from jobs import status as status_mod
+from jobs.api import get_run_info
+from jobs.engine.transactional import run as run_transaction
+
+from .arguments import data_object
+from .views import job_doc, run_doc
+
+@contextlib.contextmanager
+def open_store(args, create: bool = True):
+    """The store of ``--store``; commands that only read pass ``create=False``, so that a
+    mistyped path is an error rather than a new empty store."""
+    db = jobs.open(args.store, create=create)
+    try:
+        yield db
+    finally:
+        close = getattr(db, "close", None)
+        if close is not None:
+            close()
+
+
+@jobs.transactional
+def add_and_get(tr, type, job_id, data, at):
+    jobs.add(tr, type, job_id, data, at)
+    return jobs.get_job(tr, type, job_id)
+
+
+def cmd_add(args):
+    data = data_object(args.data)
+    with open_store(args) as db:
+        try:
+            return job_doc(add_and_get(db, args.type, args.id, data, args.at))
+        except jobs.NoTypeTimeout as exc:
+            raise jobs.NoTypeTimeout(
+                f"job type {args.type!r} has no timeout: run 'jobs set-timeout {args.type} SECONDS' first"
+            ) from exc
+
+
+def cmd_remove(args):
+    with open_store(args, create=False) as db:
+        jobs.remove(db, args.type, args.id)
+    return {"removed": {"type": args.type, "id": args.id}}
+
+
+@jobs.transactional
+def job_and_run(tr, type, job_id):
+    return {**job_doc(jobs.get_job(tr, type, job_id)), **run_doc(get_run_info(tr, type, job_id))}
+
+
+def cmd_show(args):
+    with open_store(args, create=False) as db:
+        return job_and_run(db, args.type, args.id)
+
+
+def cmd_list(args):
+    with open_store(args, create=False) as db:
+        if args.failed:
+            return failed_list(db, args.type)
+        infos = jobs.get_jobs(db, args.type)
+    return [job_doc(i) for i in infos if args.state is None or i.state == args.state]
+
+
+def failed_list(db, type: str | None) -> list[dict]:
+    """``jobs list --failed``: from the failed index, not by decoding every job."""
+    import processors  # (loaded by the commands that use it: every `jobs` call starts fast)
+    types = [type] if type is not None else run_transaction(db, status_mod.job_types)
+    return [{"failed": True, **vars(f)} for t in types for f in processors.failed_jobs(db, t)]
+
+
+def cmd_retry(args):
+    import processors
+
+    with open_store(args, create=False) as db:
+        if args.all_failed:
+            return {"retried": processors.retry_all_failed(db, args.type), "type": args.type}
+        processors.retry_failed(db, args.type, args.id)
+    return {"retried": 1, "type": args.type, "id": args.id}
+
+
+def cmd_discard(args):
+    import processors
+
+    with open_store(args, create=False) as db:
+        processors.discard_failed(db, args.type, args.id)
+    return {"discarded": {"type": args.type, "id": args.id}}
+
+
+@jobs.transactional
+def timeouts(tr):
+    return [{"type": t, "timeout": jobs.get_type_timeout(tr, t)} for t in jobs.get_types(tr)]
+
+
+def cmd_types(args):
+    with open_store(args, create=False) as db:
+        return timeouts(db)
+
+
+def cmd_set_timeout(args):
+    with open_store(args) as db:
+        jobs.set_type_timeout(db, args.type, args.seconds)
+    return {"type": args.type, "timeout": args.seconds}
+
+
+def cmd_status(args):
+    with open_store(args, create=False) as db:
+        return status_mod.gather(db, limit=args.limit)
+
+
+def cmd_gc(args):
+    """The pipeline's garbage collector, by hand (pipeline, with Spark behind it, is loaded
+    by this command only)."""
+    from pipeline import collect_garbage, get_trash
+
+    with open_store(args, create=False) as db:
+        deleted = collect_garbage(db, grace=args.grace)
+        return {"deleted": deleted, "grace": args.grace, "left": len(get_trash(db))}
+
+

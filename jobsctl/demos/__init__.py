@@ -1,0 +1,1 @@
+"""The demos: the job queue alone (``queue``) and the Spark pipeline (``pipeline``)."""

@@ -1,0 +1,124 @@
+"""The ``jobs`` commands that run until a signal: a worker (a ``processors.Processor``
+from the user's module), the activity monitor, the status server."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from datetime import datetime
+
+import orjson
+
+import jobs
+from jobs.engine.urls import ENV_VAR, default_url
+
+from .commands import open_store
+from .views import say
+
+POLL = 0.5  # seconds between looks at the monitor's re-enqueue counter
+
+@contextlib.contextmanager
+def until_signal():
+    """An Event set by SIGTERM or SIGINT while inside (the handlers are put back after).
+    The handler sets it from another thread: it runs in the main thread, which may be
+    inside ``stop.wait()`` holding the Event's own (not reentrant) lock."""
+    stop = threading.Event()
+
+    def handler(*_):
+        threading.Thread(target=stop.set, daemon=True).start()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def cmd_monitor(args):
+    from monitor import ActivityMonitor
+
+    seen = 0
+
+    def report():
+        nonlocal seen
+        if monitor.reenqueued != seen:
+            say(args, f"{datetime.now().isoformat(timespec='seconds')} re-enqueued "
+                       f"{monitor.reenqueued - seen} job(s), {monitor.reenqueued} in all")
+            seen = monitor.reenqueued
+
+    with open_store(args) as db, until_signal() as stop:
+        monitor = ActivityMonitor(db).start()
+        say(args, f"monitoring {args.store or default_url()}; stop with SIGTERM or Ctrl-C")
+        try:
+            while not stop.wait(POLL):
+                report()
+        finally:
+            monitor.stop()
+    report()  # what the last pass did (stop() waited for it)
+    return {"reenqueued": monitor.reenqueued}
+
+
+def cmd_serve_status(args):
+    """Prints where it serves first (a JSON object with --json), then nothing more: a
+    script starting it reads that line and may stop it with SIGTERM."""
+    from monitor import StatusServer
+
+    with (open_store(args, create=False) as db, until_signal() as stop,
+          StatusServer(db, args.host, args.port, limit=args.limit) as server):
+        if args.json:
+            print(orjson.dumps({"url": server.url}).decode(), flush=True)
+        say(args, f"serving status on {server.url} (/status, /metrics, /healthz)")
+        stop.wait()
+    return None
+
+
+def load_processor(module_name: str, attr: str):
+    """The Processor ``attr`` of ``module_name``, imported as ``python -m`` would (the
+    working directory first on sys.path).  ValueError/TypeError say what is missing; an
+    error in the module's own code prints its traceback first."""
+    import processors
+
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        where = " (looked in the working directory and sys.path)" if exc.name == module_name else ""
+        raise ValueError(f"cannot import {module_name!r}: {exc}{where}") from exc
+    except (jobs.StoreOpenError, jobs.JobsError):  # from jobs.open() in the module: a bad --store, ...
+        raise
+    except Exception:  # noqa: BLE001 - the module's own code failed: its traceback tells where
+        traceback.print_exc()
+        raise ValueError(f"importing {module_name!r} failed (traceback above)") from None
+    try:
+        processor = functools.reduce(getattr, attr.split("."), module)
+    except AttributeError as exc:
+        raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from exc
+    if not isinstance(processor, processors.Processor):
+        raise TypeError(f"{module_name}:{attr} is not a processors.Processor but a {type(processor).__name__}")
+    return processor
+
+
+def cmd_worker(args):
+    module_name, attr = args.target
+    if args.store is not None:
+        # The user's module opens its store at import time with jobs.open(): point it here.
+        os.environ[ENV_VAR] = args.store
+    processor = load_processor(module_name, attr)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    say(args, f"worker {module_name}:{attr} on {default_url()}: types {', '.join(processor.types) or '-'}, "
+               f"concurrency {args.concurrency}; stop with SIGTERM or Ctrl-C", err=True)
+    processor.run(concurrency=args.concurrency)
+    return {"stats": dict(processor.stats)}
+
+

@@ -1,0 +1,171 @@
+"""What the ``jobs`` command prints for people: tables, times, jobs, runs and the status
+(``--json`` prints the commands' documents instead)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+
+import orjson
+
+import jobs
+from jobs import checks
+from jobs import status as status_mod
+from jobs.job import RunInfo
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name an older
+    release stored with one must not break a line or a column."""
+    return checks.CONTROL_CHARACTERS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [headers, *[[printable(str(c)) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def duration(seconds: float) -> str:
+    s = max(0.0, seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def when(t: float, now: float) -> str:
+    if t == 0:
+        return "asap"
+    try:
+        stamp = datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # stored by an older release: jobs.add refuses it
+        return f"{t:.15g} (seconds since the epoch, not a date)"
+    return f"{stamp} (in {duration(t - now)})" if t > now else f"{stamp} ({duration(now - t)} ago)"
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}s"
+
+
+def short(data: dict, width: int = 60) -> str:
+    text = orjson.dumps(data).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def ago(a: status_mod.Activity | None) -> str:
+    if a is None:
+        return "-"
+    return f"{a.behind} commits ago" if a.age is None else f"~{duration(a.age)} ago"
+
+
+def job_doc(info: jobs.JobInfo) -> dict:
+    return info._asdict()
+
+
+def run_doc(run: RunInfo) -> dict:
+    """``jobs show``'s extra keys, those known: the last worker, the lost workers, the
+    failure (a job never accepted has none)."""
+    lost = None if run.lost is None else run.lost._asdict()
+    failed = None if run.failed is None else dict(zip(("at", "reason"), run.failed))
+    return {k: v for k, v in (("worker", run.worker), ("lost", lost), ("failed", failed)) if v is not None}
+
+
+def human_job(doc: dict) -> str:
+    now = time.time()
+    head = [["type", printable(doc["type"])], ["id", printable(doc["id"])], ["state", doc["state"]],
+            ["scheduled", when(doc["scheduled_time"], now)]]
+    return "\n".join(f"{k:<10} {v}" for k, v in head + human_run(doc, now)) + f"\ndata       {indented(doc['data'])}"
+
+
+def indented(data) -> str:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+def human_run(doc: dict, now: float) -> list[list[str]]:
+    """``jobs show``'s lines on the run: worker, lost workers, failure, attempts, last error
+    (with its traceback as text: in the data it is one escaped string)."""
+    lines = []
+    if doc.get("worker"):
+        lines.append(["worker", printable(doc["worker"])])
+    if doc.get("lost"):
+        lost = doc["lost"]
+        lines.append(["lost", printable(f"{lost['count']} worker(s); last {lost['worker'] or 'unknown'}, "
+                                         f"{when(lost['at'], now)}")])
+    if doc.get("failed"):
+        lines.append(["failed", printable(f"{when(doc['failed']['at'], now)}: {doc['failed']['reason'] or '-'}")])
+    task = doc["data"].get("_task") if isinstance(doc["data"].get("_task"), dict) else {}
+    if "attempts" in task:
+        lines.append(["attempts", str(task["attempts"])])
+    error = task.get("last_error")
+    if isinstance(error, dict):
+        lines.append(["error", printable(f"{error.get('type')}: {error.get('message')}")])
+        if error.get("traceback"):  # as text, each line under the first
+            tb = [printable(line) for line in str(error["traceback"]).rstrip().splitlines()]
+            lines.append(["traceback", ("\n" + " " * 11).join(tb)])
+    return lines
+
+
+def human_jobs(docs: list[dict]) -> str:
+    now = time.time()
+    rows = [[d["type"], d["id"], d["state"], when(d["scheduled_time"], now), short(d["data"])] for d in docs]
+    return table(["TYPE", "ID", "STATE", "SCHEDULED", "DATA"], rows) if rows else "(no jobs)"
+
+
+def human_status(st: status_mod.Status) -> str:
+    if not st.types:
+        return "(no job types)"
+    rows = [[t.type, seconds(t.timeout), t.pending, t.due,
+             "-" if t.oldest_due_age is None else duration(t.oldest_due_age),
+             t.running, t.finished, t.failed, t.lost, ago(t.last_change)] for t in st.types]
+    out = [table(["TYPE", "TIMEOUT", "PENDING", "DUE", "LONGEST WAIT", "RUNNING", "FINISHED", "FAILED",
+                   "LOST", "LAST CHANGE"], rows)]
+    running = [[t.type, r.id, ago(r.last_activity)] for t in st.types for r in t.running_jobs]
+    if running:
+        out.append("running jobs, least recently active first:\n"
+                   + table(["TYPE", "ID", "LAST ACTIVITY"], running))
+    failures = [[t.type, f.id, when(f.at, st.now), f.reason or "-"] for t in st.types for f in t.recent_failures]
+    if failures:
+        out.append("recent failures, per type ('jobs list --failed' lists them all):\n"
+                   + table(["TYPE", "ID", "FAILED", "LAST ERROR"], failures))
+    notes = []
+    if st.versions == "commits":
+        notes.append("embedded engine: the store records activity as commit versions, not times")
+    return "\n\n".join(out + ["\n".join(f"({n})" for n in notes)] if notes else out)
+
+
+def human_failed(docs: list[dict]) -> str:
+    now = time.time()
+    rows = [[d["type"], d["id"], when(d["at"], now), d["reason"] or "-"] for d in docs]
+    return table(["TYPE", "ID", "FAILED", "LAST ERROR"], rows) if rows else "(no failed jobs)"
+
+
+def say(args, line: str, err: bool = False) -> None:
+    """Progress for people; nothing in --json mode (stdout holds one document)."""
+    if not args.json:
+        print(line, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+# command -> text for people from the command's JSON document
+HUMAN = {
+    "add": human_job,
+    "show": human_job,
+    "remove": lambda d: printable(f"removed {d['removed']['type']}/{d['removed']['id']}"),
+    "list": lambda docs: human_failed(docs) if docs and docs[0].get("failed") is True else human_jobs(docs),
+    "retry": lambda d: printable(f"retried {d['retried']} failed job(s) of {d['type']}"),
+    "discard": lambda d: printable(f"discarded {d['discarded']['type']}/{d['discarded']['id']}"),
+    "types": lambda docs: table(["TYPE", "TIMEOUT"], [[d["type"], seconds(d["timeout"])] for d in docs])
+    if docs else "(no job types)",
+    "set-timeout": lambda d: f"{d['type']}: timeout {seconds(d['timeout'])}",
+    "status": human_status,
+    "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",
+    "gc": lambda d: "\n".join([*(printable(loc) for loc in d["deleted"]),
+                                f"deleted {len(d['deleted'])} location(s) trashed more than {d['grace']:g}s ago; "
+                                f"{d['left']} left in the trash"]),
+    "worker": lambda d: "stopped; " + (", ".join(f"{k} {v}" for k, v in sorted(d["stats"].items())) or "no jobs"),
+}
+
+

@@ -1,0 +1,97 @@
+"""The packages' imports point one way: down the layers, never up, and form no cycle.
+
+    jobsctl     the `jobs` command and the demos
+    pipeline    the Spark pipeline: catalog, ingest, operations on tables, CTAS
+    processors  worker loops, task behaviors, distributed operations
+    monitor     the activity monitor, the status server
+    jobs        the job layer (couch_jobs' API)
+    jobs.engine the storage engines (the FoundationDB API)
+
+Every import statement counts, those inside functions too (a function-level import is an
+import all the same).  Read from the source with ``ast``: nothing is executed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["jobs.engine", "jobs", "monitor", "processors", "pipeline", "jobsctl"]  # bottom up
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in ("jobs", "monitor", "processors", "pipeline", "jobsctl"):
+        for path in (ROOT / package).rglob("*.py"):
+            found[_module_name(path)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project's modules that ``name`` imports (resolved to a known module)."""
+    is_package = path.name == "__init__.py"
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            prefix = base[: len(base) - node.level + 1] if node.level else []
+            module = ".".join(prefix + ([node.module] if node.module else []))
+            # ``from package import submodule`` imports the submodule; any other name is
+            # an attribute of the module itself
+            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def _layer(module: str) -> int:
+    return max(i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + "."))
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def test_every_import_points_down_the_layers():
+    upward = sorted(
+        f"{name} imports {target}"
+        for name, targets in _graph().items()
+        for target in targets
+        if _layer(target) > _layer(name)
+    )
+    assert upward == []
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
