@@ -107,7 +107,7 @@ from .errors import (
     TransactionsOpen,
     TransactionStateError,
 )
-from .records import Database, Partition, Table
+from .records import Database, Partition, Table, json_object
 
 __all__ = [
     "ABORTED",
@@ -217,13 +217,7 @@ def _json(value) -> bytes:
 
 
 def _decode(raw: bytes, where: str) -> dict:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise IngestStoreError(f"{where} is corrupt: {exc}") from exc
-    if not isinstance(value, dict):
-        raise IngestStoreError(f"{where} is corrupt: {raw[:100]!r}")
-    return value
+    return json_object(raw, where, IngestStoreError)
 
 
 def _transaction(rec: dict) -> Transaction:

@@ -168,7 +168,7 @@ def encode_trash(what: str, since: float) -> bytes:
 
 def decode_trash(raw: bytes, where: str) -> float:
     """When the trash entry's location was trashed (seconds since the epoch)."""
-    since = _json_object(raw, where).get("since")
+    since = json_object(raw, where).get("since")
     if not isinstance(since, _NUM) or isinstance(since, bool):
         raise CatalogStoreError(f"{where} is corrupt: no time it was trashed in {raw[:200]!r}")
     return since
@@ -180,17 +180,18 @@ def encode_writer(what: str, since: float) -> bytes:
 
 def decode_writer(raw: bytes, where: str) -> str:
     """What the writer is, as it named itself."""
-    what = _json_object(raw, where).get("what")
+    what = json_object(raw, where).get("what")
     if not isinstance(what, str):
         raise CatalogStoreError(f"{where} is corrupt: {raw[:200]!r}")
     return what
 
 
-def _json_object(raw: bytes, where: str) -> dict:
+def json_object(raw: bytes, where: str, error: type[Exception] = CatalogStoreError) -> dict:
+    """The JSON object stored as ``raw``; ``error`` (naming ``where``) when it is not one."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise CatalogStoreError(f"{where} is corrupt: {exc}") from exc
+        raise error(f"{where} is corrupt: {exc}") from exc
     if not isinstance(data, dict):
-        raise CatalogStoreError(f"{where} is corrupt: {raw[:200]!r}")
+        raise error(f"{where} is corrupt: {raw[:200]!r}")
     return data
