@@ -23,7 +23,10 @@ from jobs.engine.embedded import EmbeddedDatabase
 
 def _mode(mode: str) -> None:
     if mode == "polling":
-        os.environ["JOBS_EMBEDDED_WATCHES"] = "poll"  # (read when a database's watch thread starts)
+        os.environ["JOBS_EMBEDDED_WATCHES"] = "poll"  # (read when the database is opened)
+
+
+_STAMP = struct.Struct(">dI")  # when the write started, its sequence number
 
 
 def _watcher(path: str, n: int, mode: str, out) -> None:
@@ -34,14 +37,16 @@ def _watcher(path: str, n: int, mode: str, out) -> None:
     future = tr.watch(b"k")
     tr.commit().wait()
     out.put("ready")
-    for _ in range(n):
+    seq = -1
+    while seq < n - 1:  # until the last write is seen (writes between two wakes coalesce)
         future.wait()
         woke = time.time()
         tr = db.create_transaction()
         value = value_of(tr.get(b"k"))
         future = tr.watch(b"k")
         tr.commit().wait()
-        lat.append((woke - struct.unpack(">d", bytes(value))[0]) * 1000)
+        written, seq = _STAMP.unpack(value)
+        lat.append((woke - written) * 1000)
     out.put(lat)
     db.close()
 
@@ -50,14 +55,14 @@ def latency(directory: str, mode: str, n: int, gap: float) -> list[float]:
     path = os.path.join(directory, f"watch-{mode}-{gap}.sqlite")
     db = EmbeddedDatabase(path)
     out = mp.get_context("spawn").Queue()
-    proc = mp.get_context("spawn").Process(target=_watcher, args=(path, n, mode, out))
+    proc = mp.get_context("spawn").Process(target=_watcher, args=(path, n, mode, out), daemon=True)
     proc.start()
     assert out.get(timeout=60) == "ready"
     time.sleep(0.5)
-    for _ in range(n):
+    for seq in range(n):
         time.sleep(gap)
         tr = db.create_transaction()
-        tr.set(b"k", struct.pack(">d", time.time()))
+        tr.set(b"k", _STAMP.pack(time.time(), seq))
         tr.commit().wait()
     lat = sorted(out.get(timeout=120))
     proc.join(30)

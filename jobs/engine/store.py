@@ -64,7 +64,9 @@ class EmbeddedDatabase:
         self._thread_lock = threading.Lock()
         self._lock_fd = None
         self._closed = False
-        self._watches = Watches(self)
+        # watches hear other processes' commits through inotify unless told to poll
+        self._use_doorbell = os.environ.get("JOBS_EMBEDDED_WATCHES", "inotify") != "poll"
+        self._watches = Watches(self, self._use_doorbell)
         self._checkpointer = Checkpointer(self)
         self._init_store()
 
@@ -89,7 +91,7 @@ class EmbeddedDatabase:
         self._pid = os.getpid()
         self._pool = []
         self._lock_fd = None
-        self._watches = Watches(self)
+        self._watches = Watches(self, self._use_doorbell)
         self._checkpointer = Checkpointer(self)
 
     def _get_conn(self) -> sqlite3.Connection:

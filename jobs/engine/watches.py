@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -31,8 +30,9 @@ class Watches:
     BELL_SAFETY = 0.25
     BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
 
-    def __init__(self, db):
+    def __init__(self, db, use_doorbell: bool = True):
         self._db = db
+        self._use_doorbell = use_doorbell  # False: poll (JOBS_EMBEDDED_WATCHES=poll)
         self._cond = threading.Condition()
         self._armed: dict[bytes, list[tuple[object, Future]]] = {}
         self._poked = False
@@ -92,73 +92,66 @@ class Watches:
             thread.join(timeout=10)
 
     def _run(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            try:  # under the lock: close() cannot delete a memory store meanwhile
-                conn = self._db._connect()
-            except StoreFileError:
-                self._fail_all(FDBError(E.OPERATION_CANCELLED, "store is gone"))
-                return
-            if os.environ.get("JOBS_EMBEDDED_WATCHES", "inotify") != "poll":
-                self._bell = Doorbell.open(self._db.path)
-        bell = self._bell
-        misses = 0
+        conn = self._start()
+        if conn is None:
+            return
+        pace = _Pace(self._bell, self)
         try:
-            last_version, last_check = None, 0.0
-            interval = self.POLL_MIN
-            rang = False  # the doorbell rang and no new commit was seen since
             while True:
-                with self._cond:
-                    while not self._armed and not self._closed:
-                        self._cond.wait()
-                    if self._closed:
-                        return
-                    if not self._poked and bell is None:
-                        self._cond.wait(interval)
-                    waiting = not self._poked and bell is not None
-                ring = False
-                if waiting:
-                    ring = bell.wait(interval)
-                    rang = rang or ring
-                    pause = last_check + self.POLL_MIN - time.monotonic()
-                    if ring and pause > 0 and not self._poked:  # a burst of commits: one look for all
-                        time.sleep(pause)
-                with self._cond:
-                    if self._closed:
-                        return
-                    poked, self._poked = self._poked, False
-                    if poked and bell is not None:
-                        bell.clear()  # (rung with the poke, under this lock)
-                    keys = list(self._armed)
+                look = self._wait(pace)
+                if look is None:
+                    return  # closed
+                poked, keys = look
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if not poked and version == last_version:
-                    if bell is None:
-                        interval = min(interval * 1.25, self.POLL_MAX)
-                    elif rang:  # the log is being written; the commit shows once it is whole
-                        interval = self.POLL_MIN if ring else min(interval * 1.25, self.BELL_SAFETY)
-                    else:
-                        interval = self.BELL_SAFETY
+                if not poked and pace.unchanged(version):
                     continue
-                if waiting and not rang and not poked and last_version is not None and not bell.wait(0):
-                    # Another process committed and the doorbell did not say so (its event
-                    # would be queued by now: inotify queues it in the write itself).
-                    misses += 1
-                    if misses >= self.BELL_MISSES:
-                        with self._cond:
-                            self._bell = None
-                        bell.close()
-                        bell = None
-                # (with a doorbell, the next commit rings: no need to look again soon)
-                last_version, interval = version, self.POLL_MIN if bell is None else self.BELL_SAFETY
-                rang, last_check = False, time.monotonic()
+                if pace.missed_a_commit(poked):
+                    with self._cond:
+                        self._bell = None
+                    pace.give_up_bell()
+                pace.looked(version)
                 self._check(conn, keys)
         finally:
             with self._cond:
                 self._bell = None
-            if bell is not None:
-                bell.close()
+            pace.give_up_bell()
             conn.close()
+
+    def _start(self):
+        """(On the thread.)  Its own connection, and the doorbell unless polling was asked
+        for; None when closed or the store is gone."""
+        with self._cond:
+            if self._closed:
+                return None
+            try:  # under the lock: close() cannot delete a memory store meanwhile
+                conn = self._db._connect()
+            except StoreFileError:
+                self._fail_all(FDBError(E.OPERATION_CANCELLED, "store is gone"))
+                return None
+            if self._use_doorbell:
+                self._bell = Doorbell.open(self._db.path)
+            return conn
+
+    def _wait(self, pace: "_Pace") -> tuple[bool, list[bytes]] | None:
+        """Wait until a look at the store is due: a poke (a local commit, a new watch), the
+        doorbell, or the pace's interval.  ``(poked, watched keys)``, or None when closed."""
+        with self._cond:
+            while not self._armed and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            if not self._poked and pace.bell is None:
+                self._cond.wait(pace.interval)
+            waiting = not self._poked and pace.bell is not None
+        if waiting:
+            pace.wait_for_bell(lambda: self._poked)
+        with self._cond:
+            if self._closed:
+                return None
+            poked, self._poked = self._poked, False
+            if poked and pace.bell is not None:
+                pace.bell.clear()  # (rung with the poke, under this lock)
+            return poked, list(self._armed)
 
     def _check(self, conn, keys: list[bytes]) -> None:
         current = {}
@@ -173,3 +166,72 @@ class Watches:
                         fired.append(future)
         for future in fired:
             future.set_result(None)
+
+
+class _Pace:
+    """When the watch thread looks at the store again, and whether it still trusts the
+    doorbell: the state of its loop, in one place.
+
+    ``interval``: the longest wait before the next look (polling grows it from POLL_MIN to
+    POLL_MAX while nothing changes; with a doorbell it is BELL_SAFETY, or short while a
+    ring has not yet shown a commit: the log is being written).  ``misses``: commits of
+    other processes the doorbell did not announce; at BELL_MISSES it is given up."""
+
+    def __init__(self, bell: Doorbell | None, watches: Watches):
+        self.bell = bell
+        self._k = watches  # its POLL_MIN, POLL_MAX, BELL_SAFETY, BELL_MISSES
+        self.interval = watches.POLL_MIN
+        self._last_version = None
+        self._last_look = 0.0
+        self._waited = False  # this round waited on the doorbell
+        self._ring = False  # ... and it rang
+        self._rang = False  # the doorbell rang and no new commit was seen since
+        self._misses = 0
+
+    def wait_for_bell(self, poked) -> None:
+        """Wait on the doorbell for up to ``interval``; a burst of rings makes one look
+        (no sooner than POLL_MIN after the last) unless ``poked()`` says a look is due."""
+        self._waited = True
+        self._ring = self.bell.wait(self.interval)
+        self._rang = self._rang or self._ring
+        pause = self._last_look + self._k.POLL_MIN - time.monotonic()
+        if self._ring and pause > 0 and not poked():
+            time.sleep(pause)
+
+    def unchanged(self, version) -> bool:
+        """Nothing committed since the last look (``version``: SQLite's data_version):
+        pace the next wait, and skip this look."""
+        if version != self._last_version:
+            return False
+        k = self._k
+        if self.bell is None:
+            self.interval = min(self.interval * 1.25, k.POLL_MAX)
+        elif self._rang:  # the log is being written; the commit shows once it is whole
+            self.interval = k.POLL_MIN if self._ring else min(self.interval * 1.25, k.BELL_SAFETY)
+        else:
+            self.interval = k.BELL_SAFETY
+        self._waited = self._ring = False
+        return True
+
+    def missed_a_commit(self, poked: bool) -> bool:
+        """Another process committed and the doorbell did not say so (its event would be
+        queued by now: inotify queues it in the write itself): True once that happened
+        BELL_MISSES times."""
+        silent = (self._waited and not self._rang and not poked and self._last_version is not None
+                  and not self.bell.wait(0))
+        self._misses += silent
+        return silent and self._misses >= self._k.BELL_MISSES
+
+    def give_up_bell(self) -> None:
+        if self.bell is not None:
+            self.bell.close()
+            self.bell = None
+
+    def looked(self, version) -> None:
+        """A look at ``version``: with a doorbell the next commit rings, so the next look
+        can wait long; polling starts over at POLL_MIN."""
+        self._last_version = version
+        self.interval = self._k.POLL_MIN if self.bell is None else self._k.BELL_SAFETY
+        self._rang = self._waited = self._ring = False
+        self._last_look = time.monotonic()
+
