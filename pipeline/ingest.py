@@ -237,25 +237,8 @@ _checked: "weakref.WeakSet[object]" = weakref.WeakSet()
 
 def _check_layout(tr) -> None:
     """IngestStoreError if a newer release wrote the ingest keys (read once per handle)."""
-    db = getattr(tr, "db", None)
-    try:
-        if db is not None and db in _checked:
-            return
-    except TypeError:
-        db = None
-    raw = layout.read(tr.snapshot, LAYOUT_KEY)
-    if raw is not None:
-        try:
-            version = fdb_tuple.unpack(raw)[0]
-        except Exception as exc:  # noqa: BLE001 - any decoding failure means the same
-            raise IngestStoreError(f"the store's ingest layout key is corrupt ({raw[:40]!r})") from exc
-        if not isinstance(version, int) or version > LAYOUT_VERSION:
-            raise IngestStoreError(
-                f"this store's ingest layout is version {version!r}, newer than this release's "
-                f"{LAYOUT_VERSION}: upgrade the package to use this store"
-            )
-    if db is not None:
-        _checked.add(db)
+    layout.check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="ingest", corrupt=IngestStoreError,
+                         newer=IngestStoreError, checked=_checked)
 
 
 def _in(tr, fn):
