@@ -1,0 +1,171 @@
+"""Reading ingest's state in the caller's transaction (``tr`` first), and the checks
+every step makes before it writes: the database is registered and unpublished, the
+transaction is STARTED, the table is loadable, the chunk valid, no load is active."""
+
+from __future__ import annotations
+
+import os
+
+import jobs
+
+from .. import catalog, ingest_files
+from ..errors import (
+    DatabaseNotFound,
+    DatabasePublished,
+    IngestError,
+    InvalidChunk,
+    LoadsInProgress,
+    TransactionNotFound,
+    TransactionsOpen,
+    TransactionStateError,
+)
+from ..records import Database, Table
+from . import layout
+from .layout import DATABASES, LOADS, OPEN, PIECES, TRANSACTIONS
+from .records import LOAD_TYPE, STARTED, decode
+
+
+def tag(tid: int) -> str:
+    """The catalog tag of the partitions a transaction stages."""
+    return f"ingest-{tid}"
+
+
+def area(table: Table, tid: int) -> str:
+    """The hidden directory of a transaction's pieces of ``table`` (Spark and Hadoop skip
+    names starting with '.'; dropping the table trashes it with the table's location)."""
+    return os.path.join(table.location, f".ingest-{tid}")
+
+
+# --- databases -----------------------------------------------------------------------------
+
+
+def db_record(tr, name: str) -> dict | None:
+    raw = layout.read(tr, DATABASES.pack((name,)))
+    return None if raw is None else decode(raw, f"ingest record of database {name!r}")
+
+
+def unpublished(tr, name: str) -> tuple[Database, int]:
+    """The database and its chunk count; it must be known to ingest and not published."""
+    db = catalog.get_database(tr, name)
+    rec = db_record(tr, name)
+    if rec is None:
+        raise DatabaseNotFound(
+            f"database {name!r} was not registered for ingest: create it with ingest.register_database()"
+        )
+    if db.published:
+        raise DatabasePublished(f"database {name!r} is published: ingest needs an unpublished database")
+    return db, int(rec["chunks"])
+
+
+def _open_ids(tr, database: str, limit: int = 0) -> list[int]:
+    begin, end = layout.span(OPEN, database)
+    return [OPEN.unpack(k)[1] for k, _v in tr.get_range(begin, end, limit=limit)]
+
+
+def refuse_open(tr, database: str, doing: str) -> None:
+    """TransactionsOpen if a super-transaction of ``database`` is STARTED."""
+    open_ids = _open_ids(tr, database, limit=10)
+    if open_ids:
+        shown = ", ".join(map(str, open_ids))
+        raise TransactionsOpen(
+            f"cannot {doing}: database {database!r} has STARTED super-transactions ({shown}): end or abort them first"
+        )
+
+
+# --- transactions --------------------------------------------------------------------------
+
+
+def record(tr, tid: int) -> dict:
+    """The stored record of transaction ``tid``.  Raises TransactionNotFound."""
+    raw = layout.read(tr, TRANSACTIONS.pack((tid,)))
+    if raw is None:
+        raise TransactionNotFound(f"super-transaction {tid} does not exist")
+    return decode(raw, f"record of super-transaction {tid}")
+
+
+def started(tr, tid: int) -> dict:
+    """The record of transaction ``tid``, which must be STARTED."""
+    rec = record(tr, tid)
+    if rec.get("state") != STARTED:
+        raise TransactionStateError(
+            f"super-transaction {tid} of database {rec.get('database')!r} is {rec.get('state')}, not STARTED"
+        )
+    return rec
+
+
+def writable(tr, tid: int) -> dict:
+    """The record of STARTED transaction ``tid`` whose database is not published: what a
+    load and a normal end need.  (A store written before publishing checked the catalog's
+    writers may hold a STARTED transaction of a published database: it can only be
+    aborted.)"""
+    rec = started(tr, tid)
+    if catalog.get_database(tr, rec["database"]).published:
+        raise DatabasePublished(f"super-transaction {tid} cannot write into database {rec['database']!r}: it is "
+                                "published, and published databases take no more data (abort the transaction)")
+    return rec
+
+
+# --- tables and chunks ---------------------------------------------------------------------
+
+
+def valid_chunk(chunk: int, count: int, what: str) -> int:
+    if not 0 <= chunk < count:
+        valid = "0" if count == 1 else f"0..{count - 1}"
+        raise InvalidChunk(f"chunk {chunk} is not a valid chunk of {what} (valid: {valid})")
+    return chunk
+
+
+def table_chunk(table: Table, chunk: int) -> int:
+    kind = f"partitioned table {table.qualified_name}" if not table.regular else f"regular table {table.qualified_name}"
+    return valid_chunk(chunk, table.partitions, kind)
+
+
+def loadable(table: Table) -> Table:
+    """``table``, if ingest can load it: managed, partitioned (if at all) by an integer."""
+    if not table.managed:
+        raise IngestError(f"table {table.qualified_name} is external (its location is not the catalog's): "
+                          "ingest loads managed tables only")
+    if not table.regular:
+        column = next(c for c in table.columns if c.name == table.partition_by)
+        if column.type not in ingest_files.INT_TYPES:
+            raise IngestError(f"table {table.qualified_name} is partitioned by {column.name} ({column.type}): "
+                              "ingest needs an integer chunk column")
+    return table
+
+
+# --- loads and pieces ----------------------------------------------------------------------
+
+
+def loads(tr, tid: int) -> dict[str, dict]:
+    """Job id -> load record, of the loads transaction ``tid`` submitted."""
+    begin, end = layout.span(LOADS, tid)
+    return {LOADS.unpack(k)[1]: decode(v, f"ingest load {k!r}") for k, v in tr.get_range(begin, end)}
+
+
+def pieces(tr, tid: int) -> dict[tuple[str, int, str], dict]:
+    """(table, chunk, job id) -> piece record, of transaction ``tid``."""
+    begin, end = layout.span(PIECES, tid)
+    out = {}
+    for k, v in tr.get_range(begin, end):
+        _tid_, table, chunk, job_id = PIECES.unpack(k)
+        out[(table, chunk, job_id)] = decode(v, f"ingest piece {k!r}")
+    return out
+
+
+def refuse_active_loads(tr, tid: int, loads: dict[str, dict]) -> None:
+    """LoadsInProgress if one of ``loads`` is pending or running (the first five named)."""
+    active = []
+    for job_id, load in loads.items():
+        try:
+            state = jobs.get_job_state(tr, LOAD_TYPE, job_id)
+        except jobs.NotFound:
+            continue
+        if state != "finished":
+            active.append((state, load))
+    if active:
+        shown = "; ".join(f"{s}: {ld['table']} chunk {ld['chunk']} from {ld['path']}" for s, ld in active[:5])
+        more = f" and {len(active) - 5} more" if len(active) > 5 else ""
+        raise LoadsInProgress(
+            f"super-transaction {tid} has {len(active)} load(s) pending or running ({shown}{more}): "
+            "wait for them (the futures load_chunk returned) or abort the transaction"
+        )
