@@ -23,7 +23,7 @@ Model:
   catalog *writer* of the database, so ``pipeline.publish_database`` refuses too), and a
   published database takes no more data: loads and normal ends are refused.
 * A **load** is a queue job (type ``ingest.load``) that parses one CSV/TSV file of one
-  chunk of one table (``pipeline.ingest_files``) and writes it as a Parquet *piece* under
+  chunk of one table (``pipeline.ingest.files``) and writes it as a Parquet *piece* under
   the table's hidden per-transaction area (``<table location>/.ingest-<tid>/``), a new
   file per run (``ctx.run_id``).  It registers the piece with ``ctx.on_commit``: in the
   transaction that finishes the job, so exactly once, and never by a worker that lost the
@@ -56,7 +56,8 @@ its version), ``records`` (the records and their encoding), ``state`` (reading s
 checks each step makes), ``databases`` (register and publish), ``workers`` (registrations
 and hints), ``placement`` (chunk placement), ``transactions`` (begin, end, abort),
 ``directories`` (the partition directories an end builds), ``loads`` (the load job and
-:func:`attach`).
+:func:`attach`), ``files`` (chunk files read and written as Parquet pieces; directories
+assembled) and ``values`` (fields read as column values; their Arrow types).
 """
 
 from .databases import publish_database, register_database, register_table

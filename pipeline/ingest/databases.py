@@ -7,12 +7,13 @@ import uuid
 
 from jobs.checks import ArgumentTypeError
 
-from .. import catalog, ingest_files, schema
+from .. import catalog, schema
 from ..errors import TableNotFound
 from ..records import Database, Table
 from . import layout, state
 from .layout import DATABASES
 from .records import encode
+from .values import INT_TYPES
 
 
 def register_database(tr, name: str, *, chunks: int, location: str | None = None) -> Database:
@@ -51,9 +52,9 @@ def register_table(tr, database: str, name: str, table_schema: list[dict], *,
     cols = schema.columns(table_schema)
     if chunk_column is not None:
         match = [c for c in cols if c.name == chunk_column]
-        if match and match[0].type not in ingest_files.INT_TYPES:
+        if match and match[0].type not in INT_TYPES:
             raise ValueError(f"chunk_column {chunk_column!r} is {match[0].type}: it must be an integer type "
-                             f"({', '.join(ingest_files.INT_TYPES)})")
+                             f"({', '.join(INT_TYPES)})")
     made: list[Table] = []
 
     def body(tr):

@@ -9,10 +9,11 @@ import os
 import uuid
 from dataclasses import dataclass
 
-from .. import catalog, ingest_files
+from .. import catalog
 from ..errors import TableNotFound
 from ..records import Partition, Table
 from . import layout, state
+from .files import assemble, data_files
 from .layout import BUILDS
 
 
@@ -63,7 +64,7 @@ def build(db, tid: int, plan: list[Chunk]) -> dict[tuple[str, int], str]:
         layout.run(db, intend)
     for c in plan:
         pieces = {f"ingest-{tid}-{job_id}.parquet": path for job_id, path, _rows in c.pieces}
-        ingest_files.assemble(locations[(c.table.name, c.chunk)], c.base.location if c.base else None, pieces)
+        assemble(locations[(c.table.name, c.chunk)], c.base.location if c.base else None, pieces)
     return locations
 
 
@@ -89,7 +90,7 @@ def publish(tr, tid: int, plan: list[Chunk], built: dict) -> tuple[int, int]:
     by_table: dict[str, tuple[Table, list[int]]] = {}
     for c in plan:
         location = built[(c.table.name, c.chunk)]
-        names = ingest_files.data_files(location)
+        names = data_files(location)
         size = sum(os.path.getsize(os.path.join(location, n)) for n in names)
         total = (c.base.rows if c.base else 0) + sum(r for _j, _f, r in c.pieces)
         catalog.set_partition(tr, c.table, c.chunk, location, rows=total, bytes=size, staged=True, tag=tag)

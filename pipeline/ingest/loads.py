@@ -16,9 +16,10 @@ from jobs.checks import ArgumentTypeError
 from jobs.engine.transactional import is_database
 from processors import Retry, TaskFailed, TaskFuture
 
-from .. import catalog, ingest_files, schema
+from .. import catalog, schema
 from ..errors import LoadFailed, LoadFileError, TableNotFound
 from . import layout, state
+from .files import file_format, write_piece
 from .layout import LOADS, PIECES
 from .records import LOAD_TYPE, chunk_arg, encode, tid_arg
 from .workers import HEARTBEATS_PER_TTL, WORKER_TTL, register_worker, unregister_worker
@@ -35,7 +36,7 @@ def load_job_id(tid: int, table: str, chunk: int, path: str) -> str:
 
 def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str | None = None,
                header: bool = False, wait: bool = False, timeout: float | None = None) -> TaskFuture:
-    """Load the CSV/TSV file ``path`` (absolute; see ``pipeline.ingest_files`` for the
+    """Load the CSV/TSV file ``path`` (absolute; see ``pipeline.ingest.files`` for the
     format) into chunk ``chunk`` of ``table`` of the transaction's database, as a queue job
     that an attached processor runs; returns its TaskFuture (result: rows, bytes).  A chunk
     takes any number of files; loading the same file into the same chunk again returns the
@@ -52,7 +53,7 @@ def load_chunk(db, tid: int, table: str, chunk: int, path: str, *, format: str |
     schema.name(table, "table name")
     chunk = chunk_arg(chunk)
     path = schema.location(path, "path")
-    fmt = ingest_files.file_format(path, format)
+    fmt = file_format(path, format)
     if not isinstance(header, bool):
         raise ArgumentTypeError(f"header must be a bool, not {type(header).__name__}")
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
@@ -111,8 +112,8 @@ def load_handler(db):
         if table.id != p["table_id"]:
             raise TableNotFound(f"table {table.qualified_name} was dropped or replaced since the load was submitted")
         target = os.path.join(state.area(table, tid), f"c{chunk:05d}-{ctx.run_id}.parquet")
-        piece = ingest_files.write_piece(p["path"], target, table.columns, fmt=p["format"], header=p["header"],
-                                         chunk_column=table.partition_by, chunk=chunk, check=ctx.check)
+        piece = write_piece(p["path"], target, table.columns, fmt=p["format"], header=p["header"],
+                            chunk_column=table.partition_by, chunk=chunk, check=ctx.check)
         value = encode({"file": piece.file, "rows": piece.rows, "bytes": piece.bytes, "table_id": table.id,
                         "source": p["path"], "run": ctx.run_id})
         key = PIECES.pack((tid, table.name, chunk, ctx.job_id))

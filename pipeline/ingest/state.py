@@ -8,7 +8,7 @@ import os
 
 import jobs
 
-from .. import catalog, ingest_files
+from .. import catalog
 from ..errors import (
     DatabaseNotFound,
     DatabasePublished,
@@ -23,6 +23,7 @@ from ..records import Database, Table
 from . import layout
 from .layout import DATABASES, LOADS, OPEN, PIECES, TRANSACTIONS
 from .records import LOAD_TYPE, STARTED, decode
+from .values import INT_TYPES
 
 
 def tag(tid: int) -> str:
@@ -127,7 +128,7 @@ def loadable(table: Table) -> Table:
                           "ingest loads managed tables only")
     if not table.regular:
         column = next(c for c in table.columns if c.name == table.partition_by)
-        if column.type not in ingest_files.INT_TYPES:
+        if column.type not in INT_TYPES:
             raise IngestError(f"table {table.qualified_name} is partitioned by {column.name} ({column.type}): "
                               "ingest needs an integer chunk column")
     return table
