@@ -11,7 +11,6 @@ from .. import catalog, schema
 from ..errors import TableNotFound
 from ..records import Database, Table
 from . import layout, state
-from .layout import DATABASES
 from .records import encode
 from .values import INT_TYPES
 
@@ -36,7 +35,7 @@ def register_database(tr, name: str, *, chunks: int, location: str | None = None
             return catalog.get_database(tr, name)  # this call's commit, behind 1021
         db = catalog.create_database(tr, name, location=location)
         layout.ensure_layout(tr)
-        tr.set(DATABASES.pack((name,)), encode({"chunks": chunks, "created": time.time(), "nonce": nonce}))
+        tr.set(layout.database_key(name), encode({"chunks": chunks, "created": time.time(), "nonce": nonce}))
         return db
 
     return layout.run(tr, body)

@@ -14,7 +14,6 @@ from ..errors import TableNotFound
 from ..records import Partition, Table
 from . import layout, state
 from .files import assemble, data_files
-from .layout import BUILDS
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def build(db, tid: int, plan: list[Chunk]) -> dict[tuple[str, int], str]:
 
     def intend(tr):
         for location in locations.values():
-            tr.set(BUILDS.pack((tid, location)), b"")
+            tr.set(layout.build_key(tid, location), b"")
 
     if locations:
         layout.run(db, intend)
@@ -72,14 +71,8 @@ def drop_builds(tr, tid: int, locations) -> None:
     """Forget the directories built at ``locations`` and send them to the trash."""
     locations = list(locations)
     for location in locations:
-        tr.clear(BUILDS.pack((tid, location)))
+        tr.clear(layout.build_key(tid, location))
     catalog.send_to_trash(tr, locations, f"unused partition directory of ingest transaction {tid}")
-
-
-def built_locations(tr, tid: int) -> list[str]:
-    """Every directory recorded as being built for transaction ``tid``."""
-    begin, end = layout.span(BUILDS, tid)
-    return [BUILDS.unpack(k)[1] for k, _v in tr.get_range(begin, end)]
 
 
 def publish(tr, tid: int, plan: list[Chunk], built: dict) -> tuple[int, int]:

@@ -20,7 +20,6 @@ from .. import catalog, schema
 from ..errors import LoadFailed, LoadFileError, TableNotFound
 from . import layout, state
 from .files import file_format, write_piece
-from .layout import LOADS, PIECES
 from .records import LOAD_TYPE, chunk_arg, encode, tid_arg
 from .workers import HEARTBEATS_PER_TTL, WORKER_TTL, register_worker, unregister_worker
 
@@ -92,7 +91,7 @@ def _submit(tr, job_id: str, p: dict) -> None:
     params = {"tid": tid, "database": rec["database"], "table": table, "table_id": t.id, "chunk": chunk,
               "path": p["path"], "format": p["format"], "header": p["header"]}
     jobs.add(tr, LOAD_TYPE, job_id, params)
-    tr.set(LOADS.pack((tid, job_id)), encode({"table": table, "chunk": chunk, "path": p["path"]}))
+    tr.set(layout.load_key(tid, job_id), encode({"table": table, "chunk": chunk, "path": p["path"]}))
 
 
 def _failed(data: dict) -> bool:
@@ -116,7 +115,7 @@ def load_handler(db):
                             chunk_column=table.partition_by, chunk=chunk, check=ctx.check)
         value = encode({"file": piece.file, "rows": piece.rows, "bytes": piece.bytes, "table_id": table.id,
                         "source": p["path"], "run": ctx.run_id})
-        key = PIECES.pack((tid, table.name, chunk, ctx.job_id))
+        key = layout.piece_key(tid, table.name, chunk, ctx.job_id)
 
         def register(tr):  # with the job's finish: exactly once, only while the job is ours
             state.writable(tr, tid)

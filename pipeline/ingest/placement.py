@@ -6,11 +6,9 @@ worker."""
 from __future__ import annotations
 
 import hashlib
-import struct
 
 from ..errors import NoIngestWorkers
 from . import layout, state
-from .layout import CHUNKS, PLACED, PLACEMENTS
 from .records import Placement, chunk_arg, tid_arg
 from .workers import live_workers
 
@@ -28,7 +26,7 @@ def chunk_placement(tr, tid: int, chunk: int) -> Placement:
         database = rec["database"]
         _db, chunks = state.unpublished(tr, database)
         state.valid_chunk(chunk, chunks, f"database {database!r} (its chunks)")
-        key = PLACEMENTS.pack((database, chunk))
+        key = layout.placement_key(database, chunk)
         placed = layout.read(tr, key)  # a conflicting read: concurrent assigners serialise here
         if placed is not None:
             return Placement(database, chunk, placed.decode())
@@ -39,8 +37,8 @@ def chunk_placement(tr, tid: int, chunk: int) -> Placement:
                                   "pipeline.ingest.attach())")
         worker = _choose(tr, database, chunk, names)
         tr.set(key, worker.encode())
-        tr.set(CHUNKS.pack((chunk, database)), worker.encode())
-        tr.add(PLACED.pack((database, worker)), struct.pack("<q", 1))
+        tr.set(layout.chunk_key(chunk, database), worker.encode())
+        layout.count_placed(tr, database, worker)
         return Placement(database, chunk, worker)
 
     return layout.run(tr, body)
@@ -51,14 +49,12 @@ def _choose(tr, database: str, chunk: int, names: list[str]) -> str:
     one with the fewest chunks of ``database`` (ties: by a hash, so they spread).  The
     counts are read with conflicts, so concurrent placements of new chunks of a database
     serialise (one retried) and spread evenly; the collocation index is a snapshot read."""
-    begin, end = layout.span(CHUNKS, chunk)
-    for _k, v in tr.snapshot.get_range(begin, end):
-        if v.decode() in names:
-            return v.decode()
+    for worker in layout.chunk_workers(tr.snapshot, chunk):
+        if worker in names:
+            return worker
 
     def load(name):
-        raw = layout.read(tr, PLACED.pack((database, name)))
-        count = 0 if raw is None else struct.unpack("<q", raw[:8].ljust(8, b"\0"))[0]
+        count = layout.placed(tr, database, name)
         tie = hashlib.sha256(f"{database}\0{chunk}\0{name}".encode()).digest()
         return count, tie
 

@@ -21,7 +21,6 @@ from ..errors import (
 )
 from ..records import Database, Table
 from . import layout
-from .layout import DATABASES, LOADS, OPEN, PIECES, TRANSACTIONS
 from .records import LOAD_TYPE, STARTED, decode
 from .values import INT_TYPES
 
@@ -41,7 +40,7 @@ def area(table: Table, tid: int) -> str:
 
 
 def db_record(tr, name: str) -> dict | None:
-    raw = layout.read(tr, DATABASES.pack((name,)))
+    raw = layout.read(tr, layout.database_key(name))
     return None if raw is None else decode(raw, f"ingest record of database {name!r}")
 
 
@@ -58,14 +57,9 @@ def unpublished(tr, name: str) -> tuple[Database, int]:
     return db, int(rec["chunks"])
 
 
-def _open_ids(tr, database: str, limit: int = 0) -> list[int]:
-    begin, end = layout.span(OPEN, database)
-    return [OPEN.unpack(k)[1] for k, _v in tr.get_range(begin, end, limit=limit)]
-
-
 def refuse_open(tr, database: str, doing: str) -> None:
     """TransactionsOpen if a super-transaction of ``database`` is STARTED."""
-    open_ids = _open_ids(tr, database, limit=10)
+    open_ids = layout.open_ids(tr, database, limit=10)
     if open_ids:
         shown = ", ".join(map(str, open_ids))
         raise TransactionsOpen(
@@ -78,7 +72,7 @@ def refuse_open(tr, database: str, doing: str) -> None:
 
 def record(tr, tid: int) -> dict:
     """The stored record of transaction ``tid``.  Raises TransactionNotFound."""
-    raw = layout.read(tr, TRANSACTIONS.pack((tid,)))
+    raw = layout.read(tr, layout.transaction_key(tid))
     if raw is None:
         raise TransactionNotFound(f"super-transaction {tid} does not exist")
     return decode(raw, f"record of super-transaction {tid}")
@@ -139,18 +133,12 @@ def loadable(table: Table) -> Table:
 
 def loads(tr, tid: int) -> dict[str, dict]:
     """Job id -> load record, of the loads transaction ``tid`` submitted."""
-    begin, end = layout.span(LOADS, tid)
-    return {LOADS.unpack(k)[1]: decode(v, f"ingest load {k!r}") for k, v in tr.get_range(begin, end)}
+    return {job_id: decode(v, f"ingest load {k!r}") for job_id, k, v in layout.loads(tr, tid)}
 
 
 def pieces(tr, tid: int) -> dict[tuple[str, int, str], dict]:
     """(table, chunk, job id) -> piece record, of transaction ``tid``."""
-    begin, end = layout.span(PIECES, tid)
-    out = {}
-    for k, v in tr.get_range(begin, end):
-        _tid_, table, chunk, job_id = PIECES.unpack(k)
-        out[(table, chunk, job_id)] = decode(v, f"ingest piece {k!r}")
-    return out
+    return {piece: decode(v, f"ingest piece {k!r}") for piece, k, v in layout.pieces(tr, tid)}
 
 
 def refuse_active_loads(tr, tid: int, loads: dict[str, dict]) -> None:

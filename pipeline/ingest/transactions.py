@@ -10,14 +10,12 @@ import uuid
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import is_database
 
 from .. import catalog, schema
 from ..errors import IngestError, TableNotFound
 from . import directories, layout, state
 from .directories import Chunk
-from .layout import BUILDS, LAST_TID_KEY, LOADS, OPEN, PIECES, TRANSACTIONS
 from .records import ABORTED, FINISHED, LOAD_TYPE, STARTED, Transaction, decode, encode, tid_arg, transaction
 from .workers import hints as worker_hints
 
@@ -33,19 +31,18 @@ def begin_transaction(tr, database: str) -> Transaction:
 
     def body(tr):
         if drawn:
-            raw = layout.read(tr, TRANSACTIONS.pack((drawn[0],)))
+            raw = layout.read(tr, layout.transaction_key(drawn[0]))
             if raw is not None and decode(raw, "transaction").get("nonce") == nonce:
                 return transaction(decode(raw, "transaction"))
         state.unpublished(tr, database)
-        raw = layout.read(tr, LAST_TID_KEY)
-        tid = (fdb_tuple.unpack(raw)[0] if raw is not None else 0) + 1
+        tid = layout.last_tid(tr) + 1
         hints = worker_hints(tr)
         rec = {"id": tid, "database": database, "state": STARTED, "started": time.time(), "ended": None,
                "hints": {"workers": hints.workers, "threads": hints.threads, "names": list(hints.names)},
                "rows": 0, "files": 0, "nonce": nonce}
-        tr.set(LAST_TID_KEY, fdb_tuple.pack((tid,)))
-        tr.set(TRANSACTIONS.pack((tid,)), encode(rec))
-        tr.set(OPEN.pack((database, tid)), b"")
+        layout.set_last_tid(tr, tid)
+        tr.set(layout.transaction_key(tid), encode(rec))
+        tr.set(layout.open_key(database, tid), b"")
         catalog.open_writer(tr, database, state.tag(tid), f"super-transaction {tid}")  # holds off publishing
         drawn[:] = [tid]
         return transaction(rec)
@@ -63,10 +60,9 @@ def list_transactions(tr, database: str | None = None, *, state: str | None = No
     """Super-transactions (of ``database``; in ``state``), by id."""
     if state not in (None, STARTED, FINISHED, ABORTED):
         raise ValueError(f"state must be STARTED, FINISHED, ABORTED or None, not {state!r}")
-    begin, end = layout.span(TRANSACTIONS)
 
     def body(tr):
-        out = [transaction(decode(v, f"transaction {k!r}")) for k, v in tr.get_range(begin, end)]
+        out = [transaction(decode(v, f"transaction {k!r}")) for k, v in layout.transactions(tr)]
         return [t for t in out if (database is None or t.database == database) and (state is None or t.state == state)]
 
     return layout.run(tr, body)
@@ -165,13 +161,12 @@ def _close(tr, rec: dict, tid: int, loads: dict, outcome: str, nonce: str, rows:
             areas.add(state.area(catalog.get_table(tr, database, load["table"], published_only=False), tid))
         except TableNotFound:
             pass  # dropped: its location, the area inside, went to the trash with it
-    unused = directories.built_locations(tr, tid)
+    unused = layout.builds(tr, tid)  # built by ends that did not finish
     catalog.send_to_trash(tr, sorted(areas) + [loc for loc in unused if loc not in keep],
                           f"ingest transaction {tid} {outcome.lower()}")
-    for space in (BUILDS, PIECES, LOADS):
-        tr.clear_range(*layout.span(space, tid))
-    tr.clear(OPEN.pack((database, tid)))
+    layout.clear_transaction_data(tr, tid)
+    tr.clear(layout.open_key(database, tid))
     catalog.close_writer(tr, database, state.tag(tid))
     rec = {**rec, "state": outcome, "ended": time.time(), "rows": rows, "files": files, "closed_by": nonce}
-    tr.set(TRANSACTIONS.pack((tid,)), encode(rec))
+    tr.set(layout.transaction_key(tid), encode(rec))
 

@@ -10,7 +10,6 @@ from jobs import checks
 
 from .. import schema
 from . import layout
-from .layout import WORKERS
 from .records import Hints, Worker, decode, encode, worker
 
 WORKER_TTL = 30.0  # seconds a worker registration lives after its last heartbeat
@@ -26,9 +25,7 @@ def live_workers(tr) -> list[Worker]:
 
 def _registered(tr) -> list[Worker]:
     """Every worker record, expired or not, by name."""
-    begin, end = layout.span(WORKERS)
-    records = tr.get_range(begin, end)
-    return [worker(WORKERS.unpack(k)[0], decode(v, f"ingest worker record {k!r}")) for k, v in records]
+    return [worker(name, decode(v, f"ingest worker record {k!r}")) for name, k, v in layout.workers(tr)]
 
 
 def hints(tr) -> Hints:
@@ -47,7 +44,7 @@ def register_worker(tr, name: str, *, threads: int = 1, ttl: float = WORKER_TTL)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an int >= 1, not {threads!r}")
     ttl = checks.seconds(ttl, "ttl", positive=True)
-    key = WORKERS.pack((name,))
+    key = layout.worker_key(name)
 
     def body(tr):
         now = clock()
@@ -64,7 +61,7 @@ def unregister_worker(tr, name: str) -> None:
     """Forget a worker: no new chunk is placed on it (chunks placed there keep their
     placement).  A processor that :func:`attach` registered does it when it stops."""
     schema.token(name, "worker name")
-    layout.run(tr, lambda tr: tr.clear(WORKERS.pack((name,))))
+    layout.run(tr, lambda tr: tr.clear(layout.worker_key(name)))
 
 
 def forget_expired_workers(tr) -> list[str]:
@@ -78,7 +75,7 @@ def forget_expired_workers(tr) -> list[str]:
         now = clock()
         gone = [w.name for w in _registered(tr) if not w.live(now)]
         for name in gone:
-            tr.clear(WORKERS.pack((name,)))
+            tr.clear(layout.worker_key(name))
         return gone
 
     return layout.run(tr, body)
