@@ -52,8 +52,7 @@ def loaded_chunks(tr, database: str, tid: int) -> list[Chunk]:
 def build(db, tid: int, plan: list[Chunk]) -> dict[tuple[str, int], str]:
     """Build the new directory of every chunk (recorded first, so that a crash leaves
     nothing the next end or abort would not trash); (table, chunk) -> location."""
-    locations = {(c.table.name, c.chunk): c.table.partition_location(c.chunk, f"{state.tag(tid)}-{uuid.uuid4().hex[:12]}")
-                 for c in plan}
+    locations = {(c.table.name, c.chunk): _new_location(c, tid) for c in plan}
 
     def intend(tr):
         for location in locations.values():
@@ -65,6 +64,11 @@ def build(db, tid: int, plan: list[Chunk]) -> dict[tuple[str, int], str]:
         pieces = {f"ingest-{tid}-{job_id}.parquet": path for job_id, path, _rows in c.pieces}
         assemble(locations[(c.table.name, c.chunk)], c.base.location if c.base else None, pieces)
     return locations
+
+
+def _new_location(c: Chunk, tid: int) -> str:
+    """A fresh directory name for chunk ``c``'s new data (one per build attempt)."""
+    return c.table.partition_location(c.chunk, f"{state.tag(tid)}-{uuid.uuid4().hex[:12]}")
 
 
 def drop_builds(tr, tid: int, locations) -> None:
