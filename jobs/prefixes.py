@@ -16,7 +16,7 @@ JOBS = ("jobs",)  # the job layer (jobs/keys.py)
 OPERATIONS = ("ops",)  # distributed operations (processors/operations.py)
 SUBMISSIONS = ("processors", "submissions")  # submit() nonces (processors/submit.py)
 CATALOG = ("catalog",)  # databases, tables, partitions, trash (pipeline/layout.py)
-INGEST = ("ingest",)  # super-transactions, chunk loads, workers (pipeline/ingest.py)
+INGEST = ("ingest",)  # super-transactions, chunk loads, workers (pipeline/ingest/layout.py)
 CTAS = ("ctas",)  # CREATE TABLE AS SELECT runs (pipeline/ctas.py)
 INDEXES = ("indexes",)  # index records (pipeline/index.py)
 

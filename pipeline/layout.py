@@ -106,32 +106,38 @@ def read(tr, key: bytes) -> bytes | None:
 _checked: "weakref.WeakSet[object]" = weakref.WeakSet()
 
 
-def _check(raw: bytes | None) -> None:
-    if raw is None:
-        return
+def check_version(tr, key: bytes, version: int, *, what: str, corrupt: type[Exception],
+                  newer: type[Exception], checked: "weakref.WeakSet[object]") -> None:
+    """Raise ``newer`` if the layout version stored at ``key`` is above ``version`` (a store
+    written by a newer release), ``corrupt`` if it cannot be read; ``what`` names the layout
+    in the message.  Read once per database handle (remembered in ``checked``), as a
+    snapshot read: adds no conflicts to the caller's transaction."""
+    db = getattr(tr, "db", None)
     try:
-        version = fdb_tuple.unpack(raw)[0]
-    except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
-        raise CatalogStoreError(f"the store's catalog layout key is corrupt ({raw[:40]!r})") from exc
-    if not isinstance(version, int) or version > LAYOUT_VERSION:
-        raise CatalogLayoutError(
-            f"this store's catalog layout is version {version!r}, newer than this release's "
-            f"{LAYOUT_VERSION}: upgrade the package to use this store"
-        )
+        if db is not None and db in checked:
+            return
+    except TypeError:  # not weak-referenceable: check every time
+        db = None
+    raw = read(tr.snapshot, key)
+    if raw is not None:
+        try:
+            stored = fdb_tuple.unpack(raw)[0]
+        except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
+            raise corrupt(f"the store's {what} layout key is corrupt ({raw[:40]!r})") from exc
+        if not isinstance(stored, int) or stored > version:
+            raise newer(
+                f"this store's {what} layout is version {stored!r}, newer than this release's "
+                f"{version}: upgrade the package to use this store"
+            )
+    if db is not None:
+        checked.add(db)
 
 
 def check_layout(tr) -> None:
     """Raise CatalogLayoutError if a newer release wrote the catalog.  Read once per
     database handle (a snapshot read: adds no conflicts to the caller's transaction)."""
-    db = getattr(tr, "db", None)
-    try:
-        if db is not None and db in _checked:
-            return
-    except TypeError:  # not weak-referenceable: check every time
-        db = None
-    _check(read(tr.snapshot, LAYOUT_KEY))
-    if db is not None:
-        _checked.add(db)
+    check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="catalog", corrupt=CatalogStoreError,
+                  newer=CatalogLayoutError, checked=_checked)
 
 
 def ensure_layout(tr) -> None:

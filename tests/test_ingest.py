@@ -198,7 +198,7 @@ def test_hints_and_new_placements_count_live_workers_only(sky, monkeypatch):
     their registrations expire, while a chunk placed earlier keeps its worker."""
     db = sky
     now = [1_000_000.0]
-    monkeypatch.setattr(ingest, "clock", lambda: now[0])  # the registrations' clock
+    monkeypatch.setattr(ingest.workers, "clock", lambda: now[0])  # the registrations' clock
     for name in ("w1", "w2", "w3"):
         ingest.register_worker(db, name, threads=4, ttl=30)
     txn = ingest.begin_transaction(db, "sky")
