@@ -12,7 +12,7 @@ from __future__ import annotations
 import orjson
 
 from jobs import prefixes
-from jobs.engine import Subspace, value_of
+from jobs.engine import Subspace
 
 from . import catalog
 from .ctas_query import view_name
@@ -26,12 +26,6 @@ CTAS = Subspace(prefixes.CTAS)
 def record_key(ctas_id: str, *rest) -> bytes:
     """The key of a record of CTAS ``ctas_id`` (see the layout above)."""
     return CTAS.pack((ctas_id, *rest))
-
-
-def read_record(tr, key: bytes, default=None):
-    """The JSON value at ``key``, ``default`` when there is none."""
-    raw = value_of(tr.get(key))
-    return default if raw is None else orjson.loads(raw)
 
 
 def owner(ctas_id: str) -> str:
