@@ -86,19 +86,7 @@ def set_partition(
     def body(tr):
         version = live_version(tr, table)
         old = partition_record(tr, table, pid, staged)
-        other = partition_record(tr, table, pid, not staged)
-        if staged and old is not None and old.tag != tag:
-            raise PartitionBusy(
-                f"partition {pid} of {table.qualified_name} holds data staged by {old.tag!r}: "
-                "publish or discard it first"
-            )
-        if other is not None and other.location == location:
-            raise LocationInUse(
-                f"{location!r} is already the {'published' if staged else 'staged'} data of partition "
-                f"{pid} of {table.qualified_name}: write the new data to a new location"
-            )
-        if (old is None or old.location != location) and layout.read(tr, layout.trash_key(location)) is not None:
-            raise LocationInUse(f"{location!r} is in the trash (its data is being deleted): write to a new location")
+        _refuse_conflicts(tr, table, part, old)
         if old == part:
             return part  # this call's own commit, behind commit_unknown_result
         tr.set(space.pack((pid,)), encode_partition(part))
@@ -107,6 +95,26 @@ def set_partition(
         return part
 
     return within_catalog(tr, body)
+
+
+def _refuse_conflicts(tr, table: Table, part: Partition, old: Partition | None) -> None:
+    """Check that ``part`` may replace ``old`` (the partition's record of the same kind):
+    PartitionBusy when another tag staged the data there, LocationInUse when its location
+    is the partition's other (published or staged) data or in the trash."""
+    pid, location, staged = part.pid, part.location, part.staged
+    other = partition_record(tr, table, pid, not staged)
+    if staged and old is not None and old.tag != part.tag:
+        raise PartitionBusy(
+            f"partition {pid} of {table.qualified_name} holds data staged by {old.tag!r}: "
+            "publish or discard it first"
+        )
+    if other is not None and other.location == location:
+        raise LocationInUse(
+            f"{location!r} is already the {'published' if staged else 'staged'} data of partition "
+            f"{pid} of {table.qualified_name}: write the new data to a new location"
+        )
+    if (old is None or old.location != location) and layout.read(tr, layout.trash_key(location)) is not None:
+        raise LocationInUse(f"{location!r} is in the trash (its data is being deleted): write to a new location")
 
 
 def get_partitions(tr, table: Table, *, staged: bool = False) -> list[Partition]:
