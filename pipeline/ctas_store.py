@@ -14,7 +14,7 @@ import orjson
 from jobs import prefixes
 from jobs.engine import Subspace
 
-from . import catalog
+from . import catalog, layout
 from .ctas_query import view_name
 from .errors import CatalogError
 from .frames import split_name
@@ -68,10 +68,5 @@ def pin_sources(tr, ctas_id: str, sources: dict[str, Table]) -> None:
 
 def clear_pins(tr, ctas_id: str) -> None:
     """Forget the pinned sources (the CTAS ended)."""
-    tr.clear_range(*_span(CTAS[ctas_id]["source"]))
-    tr.clear_range(*_span(CTAS[ctas_id]["pin"]))
-
-
-def _span(space: Subspace) -> tuple[bytes, bytes]:
-    r = space.range()
-    return r.start, r.stop
+    tr.clear_range(*layout.span(CTAS[ctas_id]["source"]))
+    tr.clear_range(*layout.span(CTAS[ctas_id]["pin"]))
