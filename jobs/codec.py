@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import orjson
 
-from .engine import Versionstamp, pack_versionstamp
+from .engine import Versionstamp, pack_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import JobDataError, StoreError
 
@@ -253,3 +253,10 @@ def encode_data(data) -> bytes:
 
 def decode_data(raw: bytes) -> dict:
     return orjson.loads(raw)
+
+
+def read_json(tr, key: bytes, default=None):
+    """The JSON value stored at ``key`` (a conflicting read), ``default`` when there is none:
+    how the layers above read their JSON records (operations, CTAS, indexes)."""
+    raw = value_of(tr.get(key))
+    return default if raw is None else orjson.loads(raw)

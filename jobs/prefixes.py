@@ -17,7 +17,7 @@ OPERATIONS = ("ops",)  # distributed operations (processors/operations.py)
 SUBMISSIONS = ("processors", "submissions")  # submit() nonces (processors/submit.py)
 CATALOG = ("catalog",)  # databases, tables, partitions, trash (pipeline/layout.py)
 INGEST = ("ingest",)  # super-transactions, chunk loads, workers (pipeline/ingest/layout.py)
-CTAS = ("ctas",)  # CREATE TABLE AS SELECT runs (pipeline/ctas.py)
+CTAS = ("ctas",)  # CREATE TABLE AS SELECT runs (pipeline/ctas_store.py)
 INDEXES = ("indexes",)  # index records (pipeline/index.py)
 
 ALL = (JOBS, OPERATIONS, SUBMISSIONS, CATALOG, INGEST, CTAS, INDEXES)

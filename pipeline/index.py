@@ -22,7 +22,8 @@ import uuid
 import orjson
 
 from jobs import prefixes
-from jobs.engine import Subspace, value_of
+from jobs.codec import read_json
+from jobs.engine import Subspace
 from jobs.engine.transactional import run, within
 from processors.operations import Operation
 
@@ -46,8 +47,7 @@ def _key(qualified: str, name: str) -> bytes:
 
 def get_index(tr, qualified: str, name: str) -> dict | None:
     """The index record, or None."""
-    raw = within(tr, lambda tr: value_of(tr.get(_key(qualified, name))))
-    return None if raw is None else orjson.loads(raw)
+    return within(tr, lambda tr: read_json(tr, _key(qualified, name)))
 
 
 def index_location(table, name: str, pid) -> str:

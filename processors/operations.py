@@ -35,7 +35,8 @@ import orjson
 
 import jobs
 from jobs import JobsError, checks, prefixes
-from jobs.engine import Subspace, value_of, wait_future
+from jobs.codec import read_json
+from jobs.engine import Subspace, wait_future
 from jobs.engine.transactional import run as run_transaction, within
 from jobs.engine.transactional import watch as watch_key
 
@@ -160,11 +161,6 @@ def _dumps(value) -> bytes:
     return orjson.dumps(value)
 
 
-def _read(tr, key: bytes, default=None):
-    raw = value_of(tr.get(key))
-    return default if raw is None else orjson.loads(raw)
-
-
 def _run_key(table: str) -> bytes:
     return OPS.pack((table, "run"))
 
@@ -249,9 +245,9 @@ class Operations:
         drawn: list[int] = []  # the instance an attempt took: its commit may have happened (1021)
 
         def body(tr):
-            if drawn and (_read(tr, _op_key(table, type, drawn[0])) or {}).get("nonce") == nonce:
+            if drawn and (read_json(tr, _op_key(table, type, drawn[0])) or {}).get("nonce") == nonce:
                 return drawn[0]  # an earlier attempt of this call committed
-            running = _read(tr, _run_key(table), [])
+            running = read_json(tr, _run_key(table), [])
             for other in running:
                 if not _compatible(op, other):
                     raise OperationRefused(
@@ -262,7 +258,7 @@ class Operations:
             if not parts:
                 raise ValueError(f"table {table!r} has no partitions")
             next_key = OPS.pack((table, type, "next"))
-            instance = _read(tr, next_key, 1)
+            instance = read_json(tr, next_key, 1)
             tr.set(next_key, _dumps(instance + 1))
             drawn[:] = [instance]
             record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
@@ -296,7 +292,7 @@ class Operations:
         return run_transaction(self.db, body)
 
     def _record(self, tr, table: str, type: str, instance: int) -> dict:
-        record = _read(tr, _op_key(table, type, instance))
+        record = read_json(tr, _op_key(table, type, instance))
         if record is None:
             raise OperationNotFound(f"no operation {type!r} #{instance} on table {table!r}")
         return record
@@ -327,7 +323,7 @@ class Operations:
 
     def running_operations(self, tr, table: str) -> list[dict]:
         """The table's running operations: [{type, instance, ...}] (the seed's runOps)."""
-        return within(tr, lambda tr: _read(tr, _run_key(table), []))
+        return within(tr, lambda tr: read_json(tr, _run_key(table), []))
 
     def wait_operation(self, table: str, type: str, instance: int, timeout: float | None = None) -> OperationStatus:
         """Block until the operation completed (``timeout`` seconds at most: TimeoutError);
@@ -369,7 +365,7 @@ class Operations:
     def _job_handler(self, op: Operation):
         def handle(ctx: Context):
             table, instance, part = ctx.data["table"], ctx.data["instance"], ctx.data["partition"]
-            record = run_transaction(self.db, lambda tr: _read(tr, _op_key(table, op.type, instance)))
+            record = run_transaction(self.db, lambda tr: read_json(tr, _op_key(table, op.type, instance)))
             if record is None or record["state"] != "running":
                 return {"skipped": None if record is None else record["state"]}
             # Which processors ran it, kept with the job (a re-run after a crash adds one):
@@ -402,7 +398,7 @@ class Operations:
 
         def lost(ctx: Context, reason: str):
             table, instance, part = ctx.data["table"], ctx.data["instance"], ctx.data["partition"]
-            record = run_transaction(self.db, lambda tr: _read(tr, _op_key(table, op.type, instance)))
+            record = run_transaction(self.db, lambda tr: read_json(tr, _op_key(table, op.type, instance)))
             if record is None or record["state"] != "running":
                 return
             op.cancel_job_and_cleanup(record["arg"], table, part)
@@ -416,7 +412,7 @@ class Operations:
             table, instance = ctx.data["table"], ctx.data["instance"]
 
             def look(tr):
-                return _read(tr, _op_key(table, op.type, instance)), _outcomes(tr, table, op.type, instance)
+                return read_json(tr, _op_key(table, op.type, instance)), _outcomes(tr, table, op.type, instance)
 
             record, outcomes = run_transaction(self.db, look)
             if record is None or record["state"] in FINAL:
@@ -454,7 +450,7 @@ def _coordinator_lost(op: Operation):
 
 def _mark_stuck(tr, table: str, type: str, instance: int, reason: str) -> None:
     """IF the operation has not completed THEN record why its coordinator gave up."""
-    record = _read(tr, _op_key(table, type, instance))
+    record = read_json(tr, _op_key(table, type, instance))
     if record is None or record["state"] in FINAL:
         return
     record["stuck"] = f"its coordinator failed: {reason}; cancel the operation to end it"
@@ -476,7 +472,7 @@ def _enqueue_coordinator(tr, table: str, type: str, instance: int) -> None:
 def _mark_job(tr, table: str, type: str, instance: int, part: str, success: bool, result, ran_on=()) -> None:
     """The seed's conditional invoke: IF the operation runs AND the job has no state THEN
     set it (and enqueue the coordinator when this was the last job, or a failure)."""
-    record = _read(tr, _op_key(table, type, instance))
+    record = read_json(tr, _op_key(table, type, instance))
     key = _job_space(table, type, instance).pack((part,))
     if record is None or record["state"] != "running" or tr.get(key).wait().present():
         return  # already completed elsewhere: ignore, as the seed says
@@ -505,10 +501,10 @@ def _stop_jobs(tr, table: str, type: str, instance: int, record: dict) -> None:
 def _close(tr, table: str, type: str, instance: int, final: str) -> None:
     """IF the operation is still running (or cancelling) THEN record its final state and
     take it off the table's running operations."""
-    record = _read(tr, _op_key(table, type, instance))
+    record = read_json(tr, _op_key(table, type, instance))
     if record is None or record["state"] in FINAL:
         return
     record["state"], record["ended"] = final, time.time()
     tr.set(_op_key(table, type, instance), _dumps(record))
-    running = [r for r in _read(tr, _run_key(table), []) if not (r["type"] == type and r["instance"] == instance)]
+    running = [r for r in read_json(tr, _run_key(table), []) if not (r["type"] == type and r["instance"] == instance)]
     tr.set(_run_key(table), _dumps(running))

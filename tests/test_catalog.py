@@ -503,7 +503,7 @@ def dropped_tables(db, root, names) -> list:
 
 
 def test_collect_garbage_keeps_what_was_trashed_within_the_grace_period(cdb, root, monkeypatch):
-    monkeypatch.setattr(catalog, "GARBAGE_BATCH", 3)  # pages of 3 entries: young pages are passed over
+    monkeypatch.setattr(catalog.trash, "GARBAGE_BATCH", 3)  # pages of 3 entries: young pages are passed over
     tables = dropped_tables(cdb, root, [f"t{i}" for i in range(8)])
     trash = pipeline.get_trash(cdb)
     old = {t.location for t in tables[5:]} | {tables[1].location}  # after 4 young entries in key order
