@@ -40,6 +40,7 @@ from .codec import pack_double, pack_str
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
+from .layouts import check_version
 
 LAYOUT_VERSION = 2
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
@@ -138,47 +139,24 @@ def _unpack_meta(raw: bytes, what: str):
         raise StoreError(f"the store's job {what} key is corrupt ({raw[:40]!r})") from exc
 
 
-def _check_layout(raw: bytes | None) -> int | None:
-    if raw is None:
-        return None
-    version = _unpack_meta(raw, "layout version")
-    if not isinstance(version, int) or version > LAYOUT_VERSION:
-        raise LayoutError(
-            f"this store's job layout is version {version!r}, newer than this release's "
-            f"{LAYOUT_VERSION}: upgrade the package to use this store"
-        )
-    return version
-
-
-def _db_of(tr):
-    """The database of ``tr`` if it can be remembered in ``_checked``, else None."""
-    db = getattr(tr, "db", None)
-    try:
-        weakref.ref(db)
-    except TypeError:  # not weak-referenceable (or None): check every time
-        return None
-    return db
+def _layout_version(tr) -> int | None:
+    """The stored job layout version (LayoutError for a newer one)."""
+    return check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="job", corrupt=StoreError, newer=LayoutError,
+                         checked=_checked)
 
 
 def check_layout(tr) -> None:
     """Raise LayoutError if the store was written by a newer layout.  Read once per database
     once it is this release's (a snapshot read: adds no conflicts to the caller's
     transaction)."""
-    db = _db_of(tr)
-    if db is not None and db in _checked:
-        return
-    if _check_layout(value_of(tr.snapshot.get(LAYOUT_KEY))) == LAYOUT_VERSION and db is not None:
-        _checked.add(db)
+    _layout_version(tr)
 
 
 def upgrade_layout(tr) -> None:
     """Before ``tr`` writes what only this layout can read: record this layout's version
     unless the store is known to have it.  A blind write (no read conflict): concurrent
     upgraders write the same value.  Raises LayoutError for a newer store."""
-    db = _db_of(tr)
-    if db is not None and db in _checked:
-        return
-    if _check_layout(value_of(tr.snapshot.get(LAYOUT_KEY))) != LAYOUT_VERSION:
+    if _layout_version(tr) != LAYOUT_VERSION:
         tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
 
 

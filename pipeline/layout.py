@@ -37,6 +37,7 @@ from __future__ import annotations
 import weakref
 
 from jobs import prefixes
+from jobs.layouts import check_version
 from jobs.engine import Subspace, value_of
 from jobs.engine import tuple as fdb_tuple
 
@@ -104,33 +105,6 @@ def read(tr, key: bytes) -> bytes | None:
 # --- layout version ------------------------------------------------------------------------
 
 _checked: "weakref.WeakSet[object]" = weakref.WeakSet()
-
-
-def check_version(tr, key: bytes, version: int, *, what: str, corrupt: type[Exception],
-                  newer: type[Exception], checked: "weakref.WeakSet[object]") -> None:
-    """Raise ``newer`` if the layout version stored at ``key`` is above ``version`` (a store
-    written by a newer release), ``corrupt`` if it cannot be read; ``what`` names the layout
-    in the message.  Read once per database handle (remembered in ``checked``), as a
-    snapshot read: adds no conflicts to the caller's transaction."""
-    db = getattr(tr, "db", None)
-    try:
-        if db is not None and db in checked:
-            return
-    except TypeError:  # not weak-referenceable: check every time
-        db = None
-    raw = read(tr.snapshot, key)
-    if raw is not None:
-        try:
-            stored = fdb_tuple.unpack(raw)[0]
-        except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
-            raise corrupt(f"the store's {what} layout key is corrupt ({raw[:40]!r})") from exc
-        if not isinstance(stored, int) or stored > version:
-            raise newer(
-                f"this store's {what} layout is version {stored!r}, newer than this release's "
-                f"{version}: upgrade the package to use this store"
-            )
-    if db is not None:
-        checked.add(db)
 
 
 def check_layout(tr) -> None:

@@ -20,6 +20,7 @@ from .ranges import in_ranges, merge_ranges, overlaps_spans, subtract
 
 # Write-buffer entry tags (what the transaction's own reads see for a key).
 _SET, _CLEAR, _ATOMIC, _UNREADABLE = 0, 1, 2, 3
+_CLEARED = (_CLEAR, None)  # a key inside a range this transaction cleared
 
 
 class TransactionRead:
@@ -113,6 +114,17 @@ class TransactionRead:
     def _sees_own_writes(self, snapshot: bool) -> bool:
         return self._ryw and (self._snapshot_ryw or not snapshot)
 
+    def _own_entry(self, key: bytes, snapshot: bool):
+        """What this transaction's own writes say of ``key`` to a read: its write-buffer
+        entry (``(tag, payload)``), ``_CLEARED`` inside a range it cleared, or None (the
+        store decides)."""
+        if not self._sees_own_writes(snapshot):
+            return None
+        entry = self._writes.get(key)
+        if entry is None and self._cleared and in_ranges(key, self._cleared):
+            return _CLEARED
+        return entry
+
     def _get(self, key, snapshot: bool) -> Value:
         key = to_key(key)
         if key[:1] == b"\xff":
@@ -120,15 +132,12 @@ class TransactionRead:
         if self._unreadable and in_ranges(key, self._unreadable):
             self._check_usable()
             raise FDBError(E.ACCESSED_UNREADABLE, "key may be one written with a versionstamp in this transaction")
-        entry = self._writes.get(key) if self._sees_own_writes(snapshot) else None
+        entry = self._own_entry(key, snapshot)
         if entry is not None and entry[0] != _ATOMIC:
             self._check_usable()
             if entry[0] == _UNREADABLE:
                 raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
-            return Value(entry[1] if entry[0] == _SET else None, self._ref)
-        if entry is None and self._cleared and self._sees_own_writes(snapshot) and in_ranges(key, self._cleared):
-            self._check_usable()
-            return Value(None, self._ref)
+            return Value(entry[1], self._ref)  # (the payload of a clear is None)
         row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
         if not snapshot:
             self._reads.append((key, key + b"\x00"))

@@ -222,15 +222,13 @@ class Transaction(TransactionRead):
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
         if not self._ryw:
             raise FDBError(E.WATCHES_DISABLED)
-        entry = self._writes.get(key)
+        conn = self._read_conn()
+        entry = self._own_entry(key, False)
         if entry is not None:  # (tags: set, clear; atomic and versionstamped: not known yet)
             baseline = entry[1] if entry[0] <= _CLEAR else _UNKNOWN
-        elif self._cleared and in_ranges(key, self._cleared):
-            baseline = None
         else:
-            row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
             baseline = row[0] if row else None
-        self._read_conn()
         self._reads.append((key, key + b"\x00"))
         future = Future()
         self._watches.append([key, baseline, future])

@@ -33,8 +33,8 @@ from jobs import prefixes
 from jobs.engine import Subspace
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import within
+from jobs.layouts import check_version
 
-from .. import layout as catalog_layout
 from ..errors import IngestStoreError
 from ..layout import read, span  # the catalog layout's helpers serve ingest's keys too
 
@@ -60,8 +60,8 @@ _checked: "weakref.WeakSet[object]" = weakref.WeakSet()
 
 def check_layout(tr) -> None:
     """IngestStoreError if a newer release wrote the ingest keys (read once per handle)."""
-    catalog_layout.check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="ingest", corrupt=IngestStoreError,
-                                 newer=IngestStoreError, checked=_checked)
+    check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="ingest", corrupt=IngestStoreError,
+                  newer=IngestStoreError, checked=_checked)
 
 
 def ensure_layout(tr) -> None:

@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from enginekit import expect_fdb_error, from_le, le, rows, run_proc, spawn, val, wait_until
+from enginekit import expect_fdb_error, from_le, le, read, rows, run_proc, spawn, val, wait_until
 
 from jobs.engine import (
     KeySelector, Versionstamp, error_code, is_database, pack_with_versionstamp, transactional, wait_future,
@@ -36,11 +36,6 @@ def put(db, items: dict) -> None:
     for k, v in items.items():
         tr.set(k, v)
     commit(tr)
-
-
-def read(db, key) -> bytes | None:
-    tr = db.create_transaction()
-    return val(tr.get(key))
 
 
 @pytest.fixture
