@@ -27,20 +27,20 @@ Two-phase, as Flink's ``TwoPhaseCatalogTable`` with its job status hook:
    the holder of the job's lock registers, exactly once.  A query error (analysis, a
    ``raise_error``, a failing task after Spark's retries, pinned source data gone) fails the
    partition at once; other errors are retried by the operation's policy.
-3. **Commit or abort** (the coordinator, :meth:`CreateTableAs.complete_operation`, one
-   transaction): all partitions succeeded: ``commit_table`` (an atomic swap; with
+3. **Commit or abort** (the coordinator, :meth:`CreateTableAs.complete_operation`, in
+   the transaction that finishes its job, fenced by its lock): all partitions succeeded: ``commit_table`` (an atomic swap; with
    ``replace=True`` the old version goes to the trash in that transaction); a failure, a
    cancel, or a commit that cannot happen (the name was taken since, without
    ``replace``): ``abort_table`` (the staging goes to the trash).  The outcome is recorded
-   in the same transaction, and completion may run twice: the second run sees the outcome
-   and does nothing.
+   in the same transaction, with the operation's final state: a coordinator that lost its
+   job commits none of it, and the one that replaces it completes the CTAS.
 
 Readers only ever see committed versions, so they see the old state until the commit and
 the new one after; a crash anywhere leaves the operation running, and the queue finishes
 it (a lost partition job runs again elsewhere and writes a new attempt directory; a lost
 coordinator is replaced).  Directories of attempts that never registered stay inside the
-staged version's directory: they go to the trash with it on abort, and are removed after
-a commit (:func:`sweep_attempts`).
+staged version's directory: they go to the trash with it on abort, and by themselves in
+the commit's transaction (:func:`trash_attempts`).
 
 **Source tables** are written ``database.table`` in the query (backquotes allowed; names
 compare in lower case).  Each is rewritten to a temp view ``database__table``, so columns
@@ -76,7 +76,7 @@ from jobs.engine.transactional import is_database, run
 from processors.operations import JobFailed, Operation, Operations, OperationStatus
 
 from . import catalog, schema
-from .ctas_partition import attempt_token, cancelled_when_halted, source_frame, sweep_attempts
+from .ctas_partition import attempt_token, cancelled_when_halted, source_frame, trash_attempts
 from .ctas_query import (
     analyse,
     find_sources,
@@ -89,7 +89,6 @@ from .ctas_query import (
 )
 from .ctas_store import clear_pins, owner, pin_sources, pinned_sources, record_key, staged_version
 from .errors import (
-    CatalogError,
     CtasFailed,
     PartitionBusy,
     PipelineError,
@@ -111,8 +110,8 @@ __all__ = [
     "owner",
     "partition_expr",
     "rewrite_query",
-    "sweep_attempts",
     "table_partition_expr",
+    "trash_attempts",
     "view_name",
     "wait",
 ]
@@ -309,48 +308,38 @@ class CreateTableAs(Operation):
                                                            bytes=out.bytes))
         return {"rows": out.rows, "bytes": out.bytes, "files": out.files, "location": out.location}
 
-    def cancel_job_and_cleanup(self, arg, table, partition):
-        staged = run(self.db, lambda tr: staged_version(tr, table, arg))
+    def cancel_job_and_cleanup(self, tr, arg, table, partition):
+        staged = staged_version(tr, table, arg)
         if staged is not None:
-            sweep_attempts(self.db, staged, arg["id"], int(partition))
+            trash_attempts(tr, staged, arg["id"], int(partition))
 
     # --- commit or abort -------------------------------------------------------------------
 
-    def complete_operation(self, arg, table, success, results):
-        def body(tr):
-            done = read_json(tr, record_key(arg["id"], "outcome"))
-            if done is not None:
-                return done  # completed before: completion may run twice
-            staged = staged_version(tr, table, arg)
-            record = {"state": "aborted", "table_id": arg["table_id"], "reason": None, "at": time.time()}
-            if staged is None:
-                record["reason"] = "the staged table was dropped (with its database?) before the CTAS ended"
-            elif success:
-                try:
-                    catalog.commit_table(tr, staged)
-                    record["state"] = "committed"
-                except (TableExists, TableIncomplete, PartitionBusy, TableNotFound) as exc:
-                    record["reason"] = f"the commit failed: {exc}"
-                    catalog.abort_table(tr, staged)
-            else:
-                record["reason"] = _failure_reason(results)
+    def complete_operation(self, tr, arg, table, success, results):
+        done = read_json(tr, record_key(arg["id"], "outcome"))
+        if done is not None:
+            return done["state"] == "committed"  # completed before: completion may run twice
+        staged = staged_version(tr, table, arg)
+        record = {"state": "aborted", "table_id": arg["table_id"], "reason": None, "at": time.time()}
+        if staged is None:
+            record["reason"] = "the staged table was dropped (with its database?) before the CTAS ended"
+        elif success:
+            try:
+                catalog.commit_table(tr, staged)
+                record["state"] = "committed"
+            except (TableExists, TableIncomplete, PartitionBusy, TableNotFound) as exc:
+                record["reason"] = f"the commit failed: {exc}"
                 catalog.abort_table(tr, staged)
-            clear_pins(tr, arg["id"])
-            tr.set(record_key(arg["id"], "outcome"), orjson.dumps(record))
-            return record
-
-        record = run(self.db, body)
+        else:
+            record["reason"] = _failure_reason(results)
+            catalog.abort_table(tr, staged)
+        clear_pins(tr, arg["id"])
+        tr.set(record_key(arg["id"], "outcome"), orjson.dumps(record))
         if record["state"] != "committed":
             return False  # the operation ends failed: no table was committed
         dbname, name = split_name(table)
-        try:
-            current = catalog.get_table(self.db, dbname, name, published_only=False)
-        except CatalogError:
-            return True
-        if current.id == arg["table_id"]:
-            sweep_attempts(self.db, current, arg["id"])
+        trash_attempts(tr, catalog.get_table(tr, dbname, name, published_only=False), arg["id"])
         return True
-
 
 
 def _failure_reason(results: dict) -> str:

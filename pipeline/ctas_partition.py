@@ -1,13 +1,12 @@
 """A CTAS partition job's pieces: its pinned sources as DataFrames, the watcher that cancels
 its Spark jobs when the job is halted, and the attempt directories it writes (and the sweep
-of those no partition record references).
+of those no partition record references, sent to the trash).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from functools import reduce
 
@@ -77,20 +76,19 @@ def _attempt_dirs(table: Table, ctas_id: str, pid: int | None = None) -> list[st
     return sorted(os.path.join(table.location, n) for n in names if n.startswith(stem) and mark in n)
 
 
-def sweep_attempts(db, table: Table, ctas_id: str, pid: int | None = None) -> list[str]:
-    """Delete the directories of this CTAS's attempts (of partition ``pid``) that no
-    partition record references: runs that lost their job, failed, or were cancelled.
-    Only this CTAS's directories (named after its id), so other writers' are safe.
-    Returns the paths removed."""
+def trash_attempts(tr, table: Table, ctas_id: str, pid: int | None = None) -> list[str]:
+    """Send to the trash, in ``tr``, the directories of this CTAS's attempts (of partition
+    ``pid``) that no partition record references: runs that lost their job, failed, or
+    were cancelled.  Only this CTAS's directories (named after its id), so other writers'
+    are safe; the collector deletes them after its grace period, once ``tr`` committed.
+    Returns the paths trashed."""
     if not table.managed:
         return []
     try:
-        referenced = {p.location for p in catalog.get_partitions(db, table)}
+        referenced = {p.location for p in catalog.get_partitions(tr, table)}
     except TableNotFound:
         return []  # dropped or aborted: its whole location is in the trash
-    removed = []
-    for path in _attempt_dirs(table, ctas_id, pid):
-        if path not in referenced:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+    unreferenced = [path for path in _attempt_dirs(table, ctas_id, pid) if path not in referenced]
+    if unreferenced:
+        catalog.send_to_trash(tr, unreferenced, f"attempts of CTAS {ctas_id} that were not registered")
+    return unreferenced

@@ -9,7 +9,8 @@ cannot fail (bad arguments are refused when it starts); several indexes build at
 
 Index records, next to the catalog (``("indexes", db, table, name)`` -> JSON
 ``{column, table_id, location, state: building|ready|failed}``); the data lives in the table
-version's directory (``_index-<name>/part-NNNNN``), so it goes with the table version.
+version's directory, one directory per build (``_index-<name>.<build>/part-NNNNN``), so it
+goes with the table version; a build that failed or was cancelled goes to the trash.
 """
 
 from __future__ import annotations
@@ -50,8 +51,19 @@ def get_index(tr, qualified: str, name: str) -> dict | None:
     return within(tr, lambda tr: read_json(tr, _key(qualified, name)))
 
 
-def index_location(table, name: str, pid) -> str:
-    return os.path.join(table.location, f"_index-{name}", f"part-{int(pid):05d}")
+def build_directory(table, arg: dict) -> str:
+    """The directory of one build of an index (``arg``: the operation's): each build
+    writes its own, so a build that failed or was cancelled goes to the trash whole and a
+    later build of the same name never shares its files (builds started before builds had
+    ids used ``_index-<name>``)."""
+    build = arg.get("build")
+    return os.path.join(table.location, f"_index-{arg['name']}" + (f".{build}" if build else ""))
+
+
+def index_location(directory: str, pid) -> str:
+    """Where partition ``pid`` of an index lives, in its build's ``directory`` (a ready
+    index's record holds it as ``location``)."""
+    return os.path.join(directory, f"part-{int(pid):05d}")
 
 
 def build_index(db, ops, qualified: str, column: str, name: str) -> int:
@@ -71,7 +83,8 @@ def build_index(db, ops, qualified: str, column: str, name: str) -> int:
             return old["instance"]
         if old is not None and old["state"] != "failed":
             raise IndexExists(f"index {name!r} on {qualified} already exists ({old['state']})")
-        instance = ops.start_operation("build_index", qualified, {"column": column, "name": name}, tr=tr)
+        instance = ops.start_operation("build_index", qualified, {"column": column, "name": name, "build": nonce},
+                                       tr=tr)
         record = {"column": column, "table_id": table.id, "state": "building", "since": time.time(),
                   "instance": instance, "nonce": nonce}
         tr.set(_key(qualified, name), orjson.dumps(record))
@@ -97,9 +110,9 @@ class BuildIndex(Operation):
         from pyspark.sql import functions as F
 
         spark = spark_session()
-        column, name = ctx.arg["column"], ctx.arg["name"]
+        column = ctx.arg["column"]
         table, part, df = partition_frame(self.db, spark, ctx.table, ctx.partition)
-        where = index_location(table, name, ctx.partition)
+        where = index_location(build_directory(table, ctx.arg), ctx.partition)
         progress = dict(ctx.progress or {"runs": [], "merged": False})
         files = sorted(f for f in os.listdir(part.location) if f.endswith(".parquet"))
         runs_dir = os.path.join(where, "runs")
@@ -125,24 +138,25 @@ class BuildIndex(Operation):
             shutil.rmtree(runs_dir, ignore_errors=True)
         return {"rows": progress.get("rows", 0), "runs": len(files), "location": sorted_dir}
 
-    def cancel_job_and_cleanup(self, arg, table, partition):
-        t = _table_or_none(self.db, table)
+    def cancel_job_and_cleanup(self, tr, arg, table, partition):
+        t = _table_or_none(tr, table)
         if t is not None:  # (a dropped table took its index data with it)
-            shutil.rmtree(index_location(t, arg["name"], partition), ignore_errors=True)
+            catalog.send_to_trash(tr, [index_location(build_directory(t, arg), partition)],
+                                  f"index {arg['name']} of {table}: a partition that did not complete")
 
-    def complete_operation(self, arg, table, success, results):
-        def body(tr):
-            record = get_index(tr, table, arg["name"])
-            if record is None or record["state"] != "building":
-                return  # completed before (completion may run twice)
-            t = _table_or_none(tr, table)
-            ready = success and t is not None and t.id == record["table_id"]
-            record.update(state="ready" if ready else "failed", since=time.time())
-            if ready:
-                record["location"] = os.path.join(t.location, f"_index-{arg['name']}")
-            tr.set(_key(table, arg["name"]), orjson.dumps(record))
-
-        run(self.db, body)
+    def complete_operation(self, tr, arg, table, success, results):
+        record = get_index(tr, table, arg["name"])
+        if record is None or record["state"] != "building":
+            return  # completed before (completion may run twice)
+        t = _table_or_none(tr, table)
+        current = t is not None and t.id == record["table_id"]
+        ready = success and current
+        record.update(state="ready" if ready else "failed", since=time.time())
+        if ready:
+            record["location"] = build_directory(t, arg)
+        elif current:  # (a replaced or dropped table version took the build's directory with it)
+            catalog.send_to_trash(tr, [build_directory(t, arg)], f"index {arg['name']} of {table}: a failed build")
+        tr.set(_key(table, arg["name"]), orjson.dumps(record))
 
 
 def _table_or_none(tr, qualified: str):
@@ -166,7 +180,7 @@ def lookup(db, spark, qualified: str, name: str, key):
     table = catalog.get_table(db, dbname, tname)
     found = []
     for part in catalog.get_partitions(db, table):
-        index = read_partition(spark, os.path.join(index_location(table, name, part.pid), "sorted"))
+        index = read_partition(spark, os.path.join(index_location(record["location"], part.pid), "sorted"))
         hits = index.filter(F.col("key") == F.lit(key)).collect()
         for file in sorted({h["file"] for h in hits}):
             wanted = {h["row"] for h in hits if h["file"] == file}

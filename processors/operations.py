@@ -11,8 +11,12 @@ coordinator completes it.  The seed's roles map onto the queue:
 * the coordinator is a queue job too (type ``op.<type>.complete``), enqueued by the
   transaction that records the last job outcome (or the cancel): at most one processor
   holds it at a time, another takes over if it dies, and the operation's state changes
-  only in the transaction that finishes it, fenced by its lock.  Completion code may run
-  more than once (a coordinator that stalled, then resumed) and must be idempotent.
+  only in the transaction that finishes it, fenced by its lock.  The operation's hooks
+  (``complete_operation``, ``cancel_job_and_cleanup``) get that transaction: what they
+  write commits with the final state, or not at all (a coordinator that lost its lock
+  commits nothing).  They may run more than once (a retried transaction, a coordinator
+  that stalled, then was replaced), so they only write through ``tr``; files they no
+  longer want go to the pipeline's trash, deleted after a grace period.
 
 State, changed only by transactions with the seed's conditions (key layout)::
 
@@ -26,6 +30,7 @@ Operation states: running -> success | failed, or running -> cancelling -> cance
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import time
@@ -92,15 +97,18 @@ class Operation:
         raise JobFailed to fail it."""
         raise NotImplementedError
 
-    def cancel_job_and_cleanup(self, arg, table: str, partition: str) -> None:
-        """Undo what a job of ``partition`` may have left (idempotent; may run for a
-        partition whose job never started)."""
+    def cancel_job_and_cleanup(self, tr, arg, table: str, partition: str) -> None:
+        """Undo, in ``tr``, what a job of ``partition`` may have left (idempotent; may run
+        for a partition whose job never started).  ``tr`` ends the partition: its failing
+        job's finish, or the coordinator's."""
 
-    def complete_operation(self, arg, table: str, success: bool, results: dict) -> bool | None:
-        """Run once all jobs succeeded (``success``) or the operation failed or was
-        cancelled; ``results``: partition -> {state, result}.  Idempotent.  Returning
-        False when ``success`` ends the operation failed all the same (e.g. a commit that
-        turned out impossible)."""
+    def complete_operation(self, tr, arg, table: str, success: bool, results: dict) -> bool | None:
+        """Complete the operation in ``tr``, the transaction that finishes its coordinator
+        (fenced by its lock, with the operation's final state), once all jobs succeeded
+        (``success``) or the operation failed or was cancelled; ``results``: partition ->
+        {state, result}.  Idempotent; writes only through ``tr``.  Returning False when
+        ``success`` ends the operation failed all the same (e.g. a commit that turned out
+        impossible)."""
 
 
 class JobContext:
@@ -219,6 +227,7 @@ class Operations:
         if not isinstance(op, Operation):
             raise TypeError(f"expected an Operation instance, not {type(op).__name__}")
         checks.name(op.type, "operation type")
+        _check_hooks(op)
         if op.type in self.kinds:
             raise ValueError(f"operation type {op.type!r} is already registered")
         self.kinds[op.type] = op
@@ -385,7 +394,7 @@ class Operations:
                     raise
                 result, success = {"reason": f"{type(exc).__name__}: {exc}"}, False
             if not success:
-                op.cancel_job_and_cleanup(record["arg"], table, part)
+                ctx.on_commit(lambda tr: op.cancel_job_and_cleanup(tr, record["arg"], table, part))
             ctx.on_commit(lambda tr: _mark_job(tr, table, op.type, instance, part, success, result, ran_on))
             return {"success": success, "result": result}
 
@@ -401,7 +410,7 @@ class Operations:
             record = run_transaction(self.db, lambda tr: read_json(tr, _op_key(table, op.type, instance)))
             if record is None or record["state"] != "running":
                 return
-            op.cancel_job_and_cleanup(record["arg"], table, part)
+            ctx.on_commit(lambda tr: op.cancel_job_and_cleanup(tr, record["arg"], table, part))
             ran_on = ctx.data.get("ran_on", [])
             ctx.on_commit(lambda tr: _mark_job(tr, table, op.type, instance, part, False, {"reason": reason}, ran_on))
 
@@ -412,25 +421,15 @@ class Operations:
             table, instance = ctx.data["table"], ctx.data["instance"]
 
             def look(tr):
-                return read_json(tr, _op_key(table, op.type, instance)), _outcomes(tr, table, op.type, instance)
+                record = read_json(tr, _op_key(table, op.type, instance))
+                return record, _final_state(record, _outcomes(tr, table, op.type, instance))
 
-            record, outcomes = run_transaction(self.db, look)
-            if record is None or record["state"] in FINAL:
+            record, final = run_transaction(self.db, look)
+            if final is None:  # completed already, or woken early (the last job enqueues it again)
                 return {"state": None if record is None else record["state"]}
-            cancelled = record["state"] == "cancelling"
-            failed = any(o["state"] != "success" for o in outcomes.values())
-            if not cancelled and not failed and len(outcomes) < len(record["partitions"]):
-                return {"state": "running"}  # woken early: the last job will enqueue it again
-            if cancelled or failed:  # their jobs were removed with the cancel or failure
-                for part in record["partitions"]:
-                    if part not in outcomes:
-                        op.cancel_job_and_cleanup(record["arg"], table, part)
-            final = "cancelled" if cancelled else "failed" if failed else "success"
-            results = {p: o for p, o in outcomes.items()}
-            if op.complete_operation(record["arg"], table, final == "success", results) is False:
-                final = "failed" if final == "success" else final
-            ctx.on_commit(lambda tr: _close(tr, table, op.type, instance, final))
-            return {"state": final}
+            # Decided: complete in the transaction that finishes this job, fenced by its lock.
+            ctx.on_commit(lambda tr: _complete(tr, op, table, instance))
+            return None  # the operation's record holds its final state
 
         return complete
 
@@ -446,6 +445,54 @@ def _coordinator_lost(op: Operation):
         ctx.on_commit(lambda tr: _mark_stuck(tr, table, op.type, instance, reason))
 
     return lost
+
+
+def _check_hooks(op: Operation) -> None:
+    """TypeError for hooks written for the old signatures (without ``tr``), now rather
+    than in a coordinator."""
+    for name, wanted in (("cancel_job_and_cleanup", 4), ("complete_operation", 5)):
+        try:
+            params = inspect.signature(getattr(op, name)).parameters.values()
+        except (TypeError, ValueError):
+            continue  # not introspectable (a builtin): trust it
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            continue
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) != wanted:
+            raise TypeError(
+                f"{type(op).__name__}.{name} takes {len(positional)} arguments; operation hooks take the "
+                f"transaction first: {name}(self, tr, {'arg, table, partition' if wanted == 4 else 'arg, table, success, results'})"
+            )
+
+
+def _final_state(record: dict | None, outcomes: dict) -> str | None:
+    """The state an operation ends in, now that its coordinator runs: None while it still
+    waits for outcomes, or when it completed already."""
+    if record is None or record["state"] in FINAL:
+        return None
+    if record["state"] == "cancelling":
+        return "cancelled"
+    if any(o["state"] != "success" for o in outcomes.values()):
+        return "failed"
+    return "success" if len(outcomes) >= len(record["partitions"]) else None
+
+
+def _complete(tr, op: Operation, table: str, instance: int) -> None:
+    """The coordinator's work, in the transaction that finishes its job: IF the operation
+    is decided and not completed THEN clean up the partitions without an outcome (a cancel
+    or a failure stopped their jobs), run its completion and record its final state."""
+    record = read_json(tr, _op_key(table, op.type, instance))
+    outcomes = _outcomes(tr, table, op.type, instance)
+    final = _final_state(record, outcomes)
+    if final is None:
+        return
+    if final != "success":
+        for part in record["partitions"]:
+            if part not in outcomes:
+                op.cancel_job_and_cleanup(tr, record["arg"], table, part)
+    if op.complete_operation(tr, record["arg"], table, final == "success", dict(outcomes)) is False:
+        final = "failed" if final == "success" else final
+    _close(tr, table, op.type, instance, final)
 
 
 def _mark_stuck(tr, table: str, type: str, instance: int, reason: str) -> None:

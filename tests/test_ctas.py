@@ -16,13 +16,16 @@ import pytest
 
 import jobs
 import pipeline
+from jobs import activity
+from jobs.engine.transactional import run
 from jobs.engine.faults import FaultInjectingDatabase
 from pipeline import ctas as pctas
 from pipeline.errors import CtasFailed, QueryError, TableExists, TableNotFound
 from pipeline.partition_files import read_partition, write_partition
 from pipeline.runtime import table_partitions
 from processors import Processor
-from processors.operations import OperationRefused, Operations
+from processors.operations import OperationRefused, Operations, coordinator_type
+from test_poison import lose_worker
 from waiting import DEADLINE, running, wait_until
 
 ORDERS = [
@@ -208,7 +211,9 @@ def test_ctas_builds_a_partitioned_table_that_readers_see_only_once_committed(st
     got = {r["customer"]: (r["orders"], r["qty"]) for rows in parts.values() for r in rows}
     assert got == expected_summary()
     assert_assigned(spark, store, table)
-    # only the registered directories are left in the table's location; the pins are gone
+    # only the registered directories are left in the table's location once the collector
+    # ran (attempts that were not registered went to the trash with the commit); the pins are gone
+    pipeline.collect_garbage(store)
     assert sorted(os.listdir(table.location)) == sorted(os.path.basename(p.location)
                                                         for p in pipeline.get_partitions(store, table))
     assert pipeline.list_staged_tables(store) == []
@@ -234,7 +239,8 @@ def test_integer_keys_and_a_processor_stopped_mid_ctas(store, spark, monkeypatch
     got = [(r["id"], (r["qty2"], r["note"])) for rows in parts.values() for r in rows]
     assert dict(got) == want and len(got) == len(want)  # every row exactly once
     assert all(r["id"] % 2 == pid for pid, rows in parts.items() for r in rows)  # pmod(id, 2)
-    assert not os.path.exists(lost)  # the lost attempt's directory was swept after the commit
+    assert lost in pipeline.get_trash(store)  # the lost attempt's directory went to the trash with the commit
+    assert lost in pipeline.collect_garbage(store) and not os.path.exists(lost)
     assert lost not in {p.location for p in pipeline.get_partitions(store, table)}
 
 
@@ -306,34 +312,38 @@ def test_cancel_leaves_no_table(store, monkeypatch):
     assert_aborted(store, staged.location)
 
 
-def test_a_coordinator_that_dies_after_committing_is_replaced_and_commits_once(store, spark):
-    class Fragile(pctas.CreateTableAs):
-        def __init__(self, db):
-            super().__init__(db)
-            self.completed = []
-            self.hang = threading.Event()
+def test_a_coordinator_that_lost_its_lock_commits_nothing_catalog_included(store, spark):
+    """The first coordinator's job is taken away while it commits the table (re-enqueued,
+    as the activity monitor does for a dead worker): the catalog commit goes in the
+    transaction that finishes its job, so none of it commits (no table, the staging still
+    staged, the operation running); the next coordinator commits the table, once."""
+    seen = []
 
-        def complete_operation(self, arg, table, success, results):
-            super().complete_operation(arg, table, success, results)
-            self.completed.append(success)
-            if len(self.completed) == 1:
-                while not self.hang.wait(0.01):  # dies here: its processor stops
-                    pass
+    class Fragile(pctas.CreateTableAs):
+        calls = 0
+
+        def complete_operation(self, tr, arg, table, success, results):
+            self.calls += 1
+            if self.calls == 2:  # the next coordinator: what did the lost one leave?
+                seen.append((len(pipeline.list_staged_tables(store, "shop")),
+                             "out" in [t.name for t in pipeline.list_tables(store, "shop")],
+                             ops.operation_status(store, "shop.out", "ctas", instance).state))
+            committed = super().complete_operation(tr, arg, table, success, results)
+            if self.calls == 1:
+                assert lose_worker(store, coordinator_type(pctas.TYPE)) == 1
+            return committed
 
     kind = Fragile(store)
     ops = operations_for(store, kind)
     instance = pctas.ctas(store, ops, "shop.out", "SELECT id FROM shop.orders WHERE chunk = 1")
-    with running(processor_for(store, ops, grace=0), concurrency=2):
-        assert wait_until(lambda: kind.completed == [True])
-    # committed (readers see it) while the operation still runs: the next coordinator completes it
-    committed = pipeline.get_table(store, "shop", "out")
-    assert ops.operation_status(store, "shop.out", "ctas", instance).state == "running"
-    kind.hang.set()
     with running(processor_for(store, ops), concurrency=2):
         done = pctas.wait(ops, "shop.out", instance, timeout=DEADLINE)
-    assert kind.completed == [True, True] and done.table_id == committed.id
+    assert seen == [(1, False, "running")]  # the lost coordinator committed nothing
+    assert kind.calls == 2 and run(store, activity.lost_total, coordinator_type(pctas.TYPE)) == 1
     table, parts = rows_of(spark, store, "shop.out")
-    assert table.id == committed.id and sorted(r["id"] for r in parts[0]) == list(range(1, N_ORDERS, 3))
+    assert done.committed and table.id == done.table_id
+    assert sorted(r["id"] for r in parts[0]) == list(range(1, N_ORDERS, 3))
+    assert pipeline.list_staged_tables(store, "shop") == []
     assert table.location not in pipeline.get_trash(store)
 
 

@@ -29,7 +29,7 @@ APP = textwrap.dedent('''
         def start_or_resume_job(self, ctx):
             return {"partition": ctx.partition}
 
-        def complete_operation(self, arg, table, success, results):
+        def complete_operation(self, tr, arg, table, success, results):
             open(os.path.join(MARKS, f"complete-{os.getpid()}"), "w").close()
             while not os.path.exists(os.path.join(MARKS, "go")):  # the first one is killed here
                 time.sleep(0.02)

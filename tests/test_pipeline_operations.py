@@ -4,6 +4,7 @@ run by a processor in this process.  One SparkSession for the module; small tabl
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -100,12 +101,12 @@ def test_build_index_sorts_each_partition_and_finds_rows(store, spark):
             pindex.build_index(store, ops, "shop.orders", "name", "by_name")
         status = ops.wait_operation("shop.orders", "build_index", instance, timeout=DEADLINE)
     assert status.state == "success"
-    assert pindex.get_index(store, "shop.orders", "by_name")["state"] == "ready"
+    index = pindex.get_index(store, "shop.orders", "by_name")
+    assert index["state"] == "ready"
     assert sum(r["rows"] for r in status.results.values()) == 30
     for pid in range(3):
-        table = pipeline.get_table(store, "shop", "orders")
         keys = [r["key"] for r in pipeline.read_partition(
-            spark, pindex.index_location(table, "by_name", pid) + "/sorted").collect()]
+            spark, pindex.index_location(index["location"], pid) + "/sorted").collect()]
         assert keys == sorted(keys, key=lambda k: (k is not None, k))
     rows = pindex.lookup(store, spark, "shop.orders", "by_name", "n3")
     assert sorted(r["id"] for r in rows) == [3, 13, 23]
@@ -139,6 +140,40 @@ def test_build_index_resumes_from_saved_progress(store, monkeypatch):
     first = writes[0]
     assert writes.count(first) == 1  # that run was not written again
     assert sum(r["rows"] for r in status.results.values()) == 30
+
+
+def test_a_cancelled_index_build_goes_to_the_trash_and_a_rebuild_writes_elsewhere(store, monkeypatch):
+    """Cancelled while its first partition writes: the build fails and its directory goes
+    to the trash in the coordinator's transaction; a rebuild of the same name writes a
+    directory of its own, which the collector leaves alone."""
+    ops = operations(store)
+    writes, hold = [], threading.Event()
+    real = pindex.write_partition
+
+    def held(df, location, **kw):
+        writes.append(location)
+        if len(writes) == 1:
+            while not hold.wait(0.01):
+                pass
+        return real(df, location, **kw)
+
+    monkeypatch.setattr(pindex, "write_partition", held)
+    with running(processor(store), concurrency=2):  # one lane stays held, the other coordinates
+        first = pindex.build_index(store, ops, "shop.orders", "id", "by_id")
+        assert wait_until(lambda: writes)
+        assert ops.cancel_operation("shop.orders", "build_index", first)
+        assert ops.wait_operation("shop.orders", "build_index", first, timeout=DEADLINE).state == "cancelled"
+        hold.set()
+        assert pindex.get_index(store, "shop.orders", "by_id")["state"] == "failed"
+        table = pipeline.get_table(store, "shop", "orders")
+        failed = pindex.build_directory(table, ops.operation_status(store, "shop.orders", "build_index", first).arg)
+        assert failed in pipeline.get_trash(store)
+        second = pindex.build_index(store, ops, "shop.orders", "id", "by_id")
+        assert ops.wait_operation("shop.orders", "build_index", second, timeout=DEADLINE).state == "success"
+    ready = pindex.get_index(store, "shop.orders", "by_id")
+    assert ready["state"] == "ready" and ready["location"] != failed
+    assert failed in pipeline.collect_garbage(store)
+    assert os.path.isdir(ready["location"]) and not os.path.exists(failed)
 
 
 def test_operations_on_unpublished_or_missing_tables_are_refused(store, tmp_path):

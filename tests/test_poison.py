@@ -235,7 +235,7 @@ class Count(Operation):
     def start_or_resume_job(self, ctx):
         return {"rows": 1}
 
-    def cancel_job_and_cleanup(self, arg, table, partition):
+    def cancel_job_and_cleanup(self, tr, arg, table, partition):
         self.cleaned.append(partition)
 
 

@@ -51,7 +51,7 @@ APP = textwrap.dedent('''
                 die("scan")
             return {"rows": 1}
 
-        def cancel_job_and_cleanup(self, arg, table, partition):
+        def cancel_job_and_cleanup(self, tr, arg, table, partition):
             open(os.path.join(MARKS, f"cleaned-{partition}"), "w").close()
 
 
@@ -72,7 +72,7 @@ APP = textwrap.dedent('''
         def start_or_resume_job(self, ctx):
             return {}
 
-        def complete_operation(self, arg, table, success, results):
+        def complete_operation(self, tr, arg, table, success, results):
             if success:  # a commit that crashes every process that tries it
                 die("seal")
 
