@@ -13,7 +13,7 @@ from .engine import tuple as fdb_tuple
 from .engine.transactional import transactional
 
 JOBS = ("jobs",)  # the job layer (jobs/keys.py)
-OPERATIONS = ("ops",)  # distributed operations (processors/operations.py)
+OPERATIONS = ("ops",)  # distributed operations (processors/operations/state.py)
 SUBMISSIONS = ("processors", "submissions")  # submit() nonces (processors/submit.py)
 CATALOG = ("catalog",)  # databases, tables, partitions, trash (pipeline/layout.py)
 INGEST = ("ingest",)  # super-transactions, chunk loads, workers (pipeline/ingest/layout.py)
