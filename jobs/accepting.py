@@ -1,5 +1,5 @@
 """One ``accept`` call, as a core without loops, shared by the blocking front
-(``api.accept``) and the async one (``aio.accept``)::
+(``worker.accept``) and the async one (``aio.accept``)::
 
     call = AcceptCall(db, type, ...)      # validates; draws this call's lock
     out = call.attempt()                  # one retried transaction: [Job, ...] | Wait | None

@@ -27,7 +27,7 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
-from . import activity, api, failed as failed_index, keys, pending
+from . import activity, failed as failed_index, keys, pending, type_timeouts
 from .engine import strinc
 from .engine.transactional import run
 
@@ -107,7 +107,7 @@ def gather(db, limit: int = 10, now: float | None = None) -> Status:
 def job_types(tr) -> list[str]:
     """Types that have a timeout or at least one job, sorted.  Jobs are found by skipping
     from one type's rows to the next (one read per type), not by reading every row."""
-    found = set(api.get_types(tr))
+    found = set(type_timeouts.get_types(tr))
     begin, end = keys.DATA.range().start, keys.DATA.range().stop
     while (key := _first_key(tr, begin, end)) is not None:
         type = keys.DATA.unpack(key)[0]
@@ -190,7 +190,7 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
     def first_look(tr):
         """Everything but the pages after the first, in one snapshot."""
         rv = tr.get_read_version().wait()
-        timeout = api.get_type_timeout(tr, type)
+        timeout = type_timeouts.get_type_timeout(tr, type)
         collected.clear()  # (a retried attempt starts over)
         pages = {name: _page(tr, *r, collected.seen(name)) for name, r in ranges.items()}
         stamps = []  # (Seq, id) of the least recently active running jobs

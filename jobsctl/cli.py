@@ -53,32 +53,22 @@ def _common_options(parser, store, json) -> None:
                         help="print one JSON document on stdout instead of text")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jobs", description="A job queue on FoundationDB (or its embedded SQLite engine).",
-        epilog="'jobs help COMMAND' or 'jobs COMMAND -h' describes a command.")
-    _common_options(parser, store=None, json=False)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    parser.commands = sub.choices
-
-    def command(name, run, help, **kw):
-        p = sub.add_parser(name, help=help, description=help, **kw)
-        _common_options(p, store=argparse.SUPPRESS, json=argparse.SUPPRESS)
-        p.set_defaults(run=run)
-        return p
-
-    p = command("add", cmd_add, "add a job, or re-add it (couch_jobs' rules)")
+def _job_arguments(p) -> None:
     p.add_argument("type", metavar="TYPE")
     p.add_argument("id", metavar="ID")
+
+
+def _add_job_commands(command) -> None:
+    """Commands on one job, or the jobs of a type: add, remove, show, list, retry, discard."""
+    p = command("add", cmd_add, "add a job, or re-add it (couch_jobs' rules)")
+    _job_arguments(p)
     p.add_argument("--data", metavar="JSON", help="the job's data, a JSON object (default {})")
     p.add_argument("--at", metavar="TIME", type=parse_time, default=0.0,
                    help="when it is due: seconds since the epoch, ISO-8601 (local time unless it has a "
                         "zone), +N[s|m|h|d] from now or -N[s|m|h|d] ago (default: as soon as possible)")
     for name, run, help in (("remove", cmd_remove, "remove a job in any state (its worker gets Halt)"),
                             ("show", cmd_show, "a job's state, data and scheduled time")):
-        p = command(name, run, help)
-        p.add_argument("type", metavar="TYPE")
-        p.add_argument("id", metavar="ID")
+        _job_arguments(command(name, run, help))
     p = command("list", cmd_list, "list jobs (decodes every job of the type: see status for counts)")
     p.add_argument("type", metavar="TYPE", nargs="?")
     p.add_argument("--state", choices=STATES)
@@ -89,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("id", metavar="ID", nargs="?", help="the failed job")
     which.add_argument("--all-failed", action="store_true", help="every failed job of TYPE")
-    p = command("discard", cmd_discard, "remove a failed job")
-    p.add_argument("type", metavar="TYPE")
-    p.add_argument("id", metavar="ID")
+    _job_arguments(command("discard", cmd_discard, "remove a failed job"))
+
+
+def _add_type_commands(command) -> None:
+    """Commands on job types: types, set-timeout, status (counts per type)."""
     command("types", cmd_types, "job types and their timeouts")
     p = command("set-timeout", cmd_set_timeout, "set how long a running job of TYPE may go without update")
     p.add_argument("type", metavar="TYPE")
@@ -100,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", metavar="N", type=functools.partial(count, least=0), default=10,
                    help="running jobs (least recently active first) and failures (most recent first) "
                         "listed per type (default 10)")
+
+
+def _add_service_commands(command) -> None:
+    """Commands that run the system's parts: a worker, the monitor, the status server (each
+    until stopped), the garbage collector (once)."""
     p = command("worker", cmd_worker,
                 "run a processors.Processor until SIGTERM/SIGINT; its module should open its store "
                 f"with jobs.open() (no URL): --store reaches it through ${ENV_VAR}")
@@ -121,6 +118,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", metavar="SECONDS", type=grace, default=GC_GRACE,
                    help=f"keep what was trashed less than this long ago, for readers still reading it "
                         f"(default {GC_GRACE:g}, as the pipeline's collector job; 0: everything)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobs", description="A job queue on FoundationDB (or its embedded SQLite engine).",
+        epilog="'jobs help COMMAND' or 'jobs COMMAND -h' describes a command.")
+    _common_options(parser, store=None, json=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = sub.choices
+
+    def command(name, run, help, **kw):
+        p = sub.add_parser(name, help=help, description=help, **kw)
+        _common_options(p, store=argparse.SUPPRESS, json=argparse.SUPPRESS)
+        p.set_defaults(run=run)
+        return p
+
+    # in this order in `jobs -h`
+    _add_job_commands(command)
+    _add_type_commands(command)
+    _add_service_commands(command)
     p = command("help", cmd_help, "describe the commands, or one command")
     p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)
     p.set_defaults(parser=parser)

@@ -49,7 +49,7 @@ def _bar(done: int, total: int, width: int = 40) -> str:
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m jobsctl.demos.queue", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=3000, help="jobs to add (default 3000)")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
@@ -57,51 +57,55 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.workers < 1:
         parser.error("--jobs and --workers must be at least 1")
+    return args
 
-    os.makedirs(os.path.dirname(os.path.abspath(args.store)), exist_ok=True)
-    log_dir = args.store + ".logs"
+
+def _fresh_store(path: str) -> tuple[str, str]:
+    """Delete the store file at ``path`` and its workers' logs: (the store's URL, an empty
+    log directory)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    log_dir = path + ".logs"
     shutil.rmtree(log_dir, ignore_errors=True)
     os.makedirs(log_dir)
     for suffix in ("", "-wal", "-shm", "-lock"):
-        if os.path.exists(args.store + suffix):
-            os.remove(args.store + suffix)
-    url = f"sqlite:{args.store}"
-    db = jobs.open(url)
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return f"sqlite:{path}", log_dir
 
-    started = time.time()
-    jobs.set_type_timeout(db, TYPE, 30)
-    later = started + 3
+
+def _add_jobs(db, count: int, later: float) -> None:
+    """Add ``count`` jobs, a batch per transaction; every 50th is due at ``later``."""
     batch = 200
-    for first in range(0, args.jobs, batch):
+    for first in range(0, count, batch):
 
         @jobs.transactional
         def add_batch(tr, first=first):
-            for n in range(first, min(first + batch, args.jobs)):
+            for n in range(first, min(first + batch, count)):
                 # every 50th job is scheduled 3 s ahead: workers must not take it early
                 jobs.add(tr, TYPE, f"job-{n:06d}", {"n": n}, scheduled_time=later if n % 50 == 0 else 0)
 
         add_batch(db)
-    added = time.time()
-    print(f"added {args.jobs} jobs in {added - started:.2f}s ({args.jobs // 50} scheduled 3 s ahead)")
 
+
+def _run_workers(db, url: str, log_dir: str, count: int, workers: int, deadline: float) -> None:
+    """Run ``workers`` worker processes until they stop, drawing a progress bar meanwhile."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(url, log_dir, added + 300)) for _ in range(args.workers)]
+    procs = [ctx.Process(target=worker, args=(url, log_dir, deadline)) for _ in range(workers)]
     for p in procs:
         p.start()
-    print(f"started {args.workers} worker processes: {', '.join(str(p.pid) for p in procs)}")
-    finished = 0
+    print(f"started {workers} worker processes: {', '.join(str(p.pid) for p in procs)}")
     while any(p.is_alive() for p in procs):
         busy = jobs.pending_count(db, TYPE) + len(jobs.get_active_jobs_ids(db, TYPE))
-        finished = args.jobs - busy
-        sys.stdout.write("\r" + _bar(finished, args.jobs))
+        sys.stdout.write("\r" + _bar(count - busy, count))
         sys.stdout.flush()
         time.sleep(0.2)
     for p in procs:
         p.join()
-    elapsed = time.time() - added
 
-    infos = jobs.get_jobs(db, TYPE)
-    by_worker = collections.Counter(j.data.get("worker") for j in infos)
+
+def _check(infos, log_dir: str, later: float) -> tuple[list[str], list[str]]:
+    """Ids of the jobs not finished exactly once with the right result (by the workers'
+    logs), and of those scheduled at ``later`` that ran before it."""
     runs = collections.Counter()
     for name in os.listdir(log_dir):
         with open(os.path.join(log_dir, name)) as f:
@@ -112,9 +116,30 @@ def main(argv: list[str] | None = None) -> int:
         if j.state != "finished" or runs[j.id] != 1 or j.data.get("result") != _work(j.data["n"])
     ]
     early = [j.id for j in infos if j.data["n"] % 50 == 0 and j.data.get("ran_at", later) < later]
+    return wrong, early
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    url, log_dir = _fresh_store(args.store)
+    db = jobs.open(url)
+
+    started = time.time()
+    jobs.set_type_timeout(db, TYPE, 30)
+    later = started + 3
+    _add_jobs(db, args.jobs, later)
+    added = time.time()
+    print(f"added {args.jobs} jobs in {added - started:.2f}s ({args.jobs // 50} scheduled 3 s ahead)")
+
+    _run_workers(db, url, log_dir, args.jobs, args.workers, added + 300)
+    elapsed = time.time() - added
+
+    infos = jobs.get_jobs(db, TYPE)
+    wrong, early = _check(infos, log_dir, later)
     finished = sum(1 for j in infos if j.state == "finished")
     sys.stdout.write("\r" + _bar(finished, args.jobs) + "\n")
     print(f"ran {finished} jobs in {elapsed:.2f}s ({finished / elapsed:.0f} jobs/s) on {args.workers} workers")
+    by_worker = collections.Counter(j.data.get("worker") for j in infos)
     for pid, count in sorted(by_worker.items(), key=str):
         print(f"  worker {pid}: {count} jobs")
     print(f"jobs not finished exactly once with the right result: {len(wrong)}")

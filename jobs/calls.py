@@ -1,0 +1,22 @@
+"""What every module of the job API shares: the transaction a call runs in, and NotFound."""
+
+from __future__ import annotations
+
+from . import keys
+from .engine.transactional import within
+from .errors import NotFound
+
+
+def within_store(tr, fn):
+    """``fn(tr)`` inside ``tr`` if it is a transaction, else in a retried transaction of it;
+    the store's layout is checked first either way."""
+
+    def body(tr):
+        keys.check_layout(tr)
+        return fn(tr)
+
+    return within(tr, body)
+
+
+def not_found(type: str, job_id: str) -> NotFound:
+    return NotFound(f"job {type}/{job_id} not found")

@@ -1,0 +1,75 @@
+"""The creator's side of the API: ``add`` and ``remove`` (any state; not fenced)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import checks, failed as failed_index, keys, pending, rows
+from .calls import not_found, within_store
+from .codec import encode_data
+from .errors import NoTypeTimeout
+
+
+def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0) -> None:
+    """Add a job, or re-add an existing one (couch_jobs' rules):
+
+    * new: pending at ``scheduled_time`` (seconds since the epoch; 0: as soon as possible)
+      with ``data`` (None: ``{}``);
+    * pending at the same time: nothing is written (the data is not replaced either);
+    * pending at another time: time and data replaced;
+    * running: flagged to run again at ``scheduled_time`` when it finishes (data ignored);
+    * finished: pending again with the new data.
+
+    Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data;
+    ValueError when type or id contains control characters or ``scheduled_time`` is not a
+    time a view can show as a date (negative, NaN, from the year 9999 on)."""
+    checks.name(type, "type", new=True)
+    checks.name(job_id, "job id", new=True)
+    keys.check_key_sizes(type, job_id)
+    stime = checks.scheduled_time(scheduled_time)
+    raw = encode_data(data)
+
+    def body(tr):
+        if not tr.get(keys.timeout_key(type)).wait().present():
+            raise NoTypeTimeout(
+                f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first"
+            )
+        row = rows.get(tr, type, job_id)
+        state = None if row is None else row.state
+        if state == "pending" and row.stime == stime:
+            return
+        if state == "running":
+            rows.put(tr, type, job_id, replace(row, stime=stime, resubmit=True))
+            return
+        if state == "pending":
+            pending.remove(tr, type, row.stime, job_id)
+        elif state == "finished":
+            failed_index.unmark(tr, type, job_id)
+        rows.make_pending(tr, type, job_id, stime, raw)
+
+    within_store(tr, body)
+
+
+def remove(tr, type: str, job_id: str) -> None:
+    """Remove a job in any state; a worker running it gets Halt at its next update/finish.
+    Raises NotFound."""
+    checks.name(type, "type")
+    checks.name(job_id, "job id")
+    found = []  # an attempt found the job: its commit may have happened (1021)
+
+    def body(tr):
+        row = rows.get(tr, type, job_id)
+        if row is None:
+            if found:
+                return
+            raise not_found(type, job_id)
+        found.append(True)
+        if row.state == "pending":
+            pending.remove(tr, type, row.stime, job_id)
+        elif row.state == "finished":
+            failed_index.unmark(tr, type, job_id)
+        rows.clear_activity(tr, type, row)
+        rows.clear(tr, type, job_id)
+        rows.bump_activity(tr, type)
+
+    within_store(tr, body)

@@ -1,0 +1,215 @@
+"""The worker's side of the API: ``accept`` a job, then ``update``, ``finish`` or ``release``
+it; every write made with the Job is fenced by its lock (``Halt`` once the job carries
+another lock or none).  ``resubmit`` also takes a creator's JobInfo, unfenced."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import checks, failed as failed_index, keys, pending, rows
+from .accepting import AcceptCall
+from .calls import not_found, within_store
+from .codec import Row, decode_data, encode_data
+from .errors import ForeignJobError, Halt
+from .job import Job, JobInfo
+
+
+def _job(job) -> Job:
+    if not isinstance(job, Job):
+        raise checks.ArgumentTypeError(f"expected a Job from accept() or update(), not {type(job).__name__}")
+    return job
+
+
+def _halt(job: Job) -> Halt:
+    return Halt(f"job {job.type}/{job.id} is no longer held by this worker: stop working on it")
+
+
+def _row_of(tr, job: Job) -> Row | None:
+    """The row of ``job``'s job, after checking that ``job`` comes from this store."""
+    store = keys.store_id_future(tr)
+    row = rows.get(tr, job.type, job.id)
+    if keys.store_id_of(store) != job.store:
+        raise ForeignJobError(f"job {job.type}/{job.id} was accepted from another store than this one")
+    return row
+
+
+
+def accept(
+    db,
+    type: str,
+    *,
+    max_sched_time: float | None = None,
+    no_schedule: bool = False,
+    timeout: float | None = None,
+) -> Job | None:
+    """Take a pending job of ``type`` and run it: returns a Job, or None when ``timeout``
+    seconds pass first (None: wait forever; 0: don't wait).  Takes a database (it waits).
+
+    Only jobs scheduled at or before ``max_sched_time`` are taken; None means now, re-read
+    while waiting, so a waiting accept wakes when a future job falls due.  ``no_schedule``:
+    only jobs scheduled at 0, picked near a random UUID without reading the queue's head
+    (for UUID-like ids); with an explicit non-zero ``max_sched_time`` it is a ValueError.
+    Safe under 1021: a retried attempt never leaves a second job locked."""
+    taken = accept_many(db, type, 1, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=timeout)
+    return taken[0] if taken else None
+
+
+def accept_many(
+    db,
+    type: str,
+    limit: int,
+    *,
+    max_sched_time: float | None = None,
+    no_schedule: bool = False,
+    timeout: float | None = None,
+) -> list[Job]:
+    """:func:`accept` for up to ``limit`` jobs in one transaction: waits like ``accept``
+    for the first, then takes as many as are due at once (one commit for all); ``[]``
+    when ``timeout`` passes first.  Each Job is fenced on its own (``update``/``finish``
+    per job, in one transaction or several); the caller must heartbeat them all."""
+    call = AcceptCall(db, type, max_sched_time, no_schedule, timeout, limit)
+    while True:
+        out = call.attempt()
+        if isinstance(out, list):
+            return out
+        if out is None:
+            continue
+        if call.expired():
+            out.watch.cancel()
+            return []
+        call.wait(out)
+
+
+def update(tr, job: Job, data: dict | None = None) -> Job:
+    """Heartbeat a running job (at least once per type timeout), optionally replacing its
+    data.  Returns the renewed Job (see :func:`is_resubmitted`).  Raises Halt when the job
+    is no longer this worker's (stop working on it; nothing was written), ForeignJobError
+    for a Job of another store, JobDataError for bad data."""
+    job = _job(job)
+    raw = None if data is None else encode_data(data)
+
+    def body(tr):
+        row = _row_of(tr, job)
+        if row is None or row.lock != job.lock:
+            raise _halt(job)
+        rows.clear_activity(tr, job.type, row)
+        rows.put_running(tr, job.type, job.id, row if raw is None else replace(row, data=raw))
+        return replace(job, data=job.data if data is None else data, resubmitted=row.resubmit)
+
+    return within_store(tr, body)
+
+
+def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False) -> bool:
+    """Finish a running job, with ``data`` as its final data (None keeps the current data).
+    A job flagged for resubmission becomes pending again at its scheduled time (a new run:
+    its lost-worker count starts over).  ``failed``: the run failed for good (True, or a
+    one-line reason); unless it is made pending again, the job is indexed as failed
+    (counted by ``jobs status``, listed by ``jobs list --failed``) until it is re-added,
+    resubmitted or removed.  Raises
+    Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
+    for a Job of another store, JobDataError for bad data.  Finishing again with the same
+    Job, e.g. in a transaction retried after 1021, is a no-op while nobody changed the job
+    since (no re-add, resubmit, release or accept).  Returns True when this call finished
+    the job, False for such a repeat (so a caller's own writes in the same transaction can
+    be skipped too: they committed with the first finish)."""
+    job = _job(job)
+    raw = None if data is None else encode_data(data)
+
+    def body(tr):
+        row = _row_of(tr, job)
+        if row is not None and row.last_lock == job.lock:
+            return False  # this Job's finish already committed
+        if row is None or row.lock != job.lock:
+            raise _halt(job)
+        rows.clear_activity(tr, job.type, row)
+        final = row.data if raw is None else raw
+        if row.resubmit:
+            rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock))
+            pending.enqueue(tr, job.type, row.stime, job.id)
+        else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
+            rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost))
+            if failed:
+                failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
+        rows.bump_activity(tr, job.type)
+        return True
+
+    return within_store(tr, body)
+
+
+def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: dict | None = None) -> Job | JobInfo:
+    """Run the job again, at ``scheduled_time`` (None: its current scheduled time), with
+    ``data`` (None: keep its data).  Running: flagged, and made pending at that time when it
+    finishes; its data is not changed (as couch_jobs; the worker's finish data wins).
+    Pending: rescheduled (nothing written if neither time nor data change).  Finished:
+    pending again.  Not fenced: a creator may pass the JobInfo from get_job.  Returns the
+    Job with ``resubmitted`` set when the job was running (a JobInfo is returned as given).
+    Raises NotFound, ForeignJobError, JobDataError."""
+    if not isinstance(job, (Job, JobInfo)):
+        raise checks.ArgumentTypeError(f"expected a Job or JobInfo, not {type(job).__name__}")
+    checks.name(job.type, "type")
+    checks.name(job.id, "job id")
+    stime = None if scheduled_time is None else checks.scheduled_time(scheduled_time)
+    raw = None if data is None else encode_data(data)
+
+    def body(tr):
+        row = _row_of(tr, job) if isinstance(job, Job) else rows.get(tr, job.type, job.id)
+        if row is None:
+            raise not_found(job.type, job.id)
+        new_stime = row.stime if stime is None else stime
+        if row.state == "running":
+            rows.put(tr, job.type, job.id, replace(row, stime=new_stime, resubmit=True))
+        elif row.state == "finished" or new_stime != row.stime or (raw is not None and raw != row.data):
+            if row.state == "pending":
+                pending.remove(tr, job.type, row.stime, job.id)
+            else:
+                failed_index.unmark(tr, job.type, job.id)
+            rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
+        return row
+
+    row = within_store(tr, body)
+    if isinstance(job, JobInfo):
+        return job
+    if row.state == "running":  # the data was not changed
+        return replace(job, resubmitted=True)
+    # The data the job will run with: the stored data (a finished job's result) unless given.
+    return replace(job, resubmitted=False, data=decode_data(row.data) if data is None else data)
+
+
+def is_resubmitted(job: Job) -> bool:
+    """Whether the job was flagged to run again, as of the Job's last ``update`` (or the
+    ``resubmit`` that returned it)."""
+    return _job(job).resubmitted
+
+
+def is_held(tr, job: Job) -> bool:
+    """Whether ``job`` is still running under this Job's lock: False once it was removed,
+    re-enqueued, finished, or taken by another worker.  Read-only; for workers that want to
+    notice a lost job sooner than their next ``update``."""
+    job = _job(job)
+
+    def body(tr):
+        row = _row_of(tr, job)
+        return row is not None and row.lock == job.lock
+
+    return within_store(tr, body)
+
+
+def release(tr, job: Job) -> None:
+    """Hand a running job back to pending at once, without finishing it (data and scheduled
+    time kept; the next update/finish with this Job raises Halt).  For workers that stop
+    before a job is done: the job need not wait out its type timeout.  Raises Halt when the
+    job is no longer this worker's, ForeignJobError for a Job of another store."""
+    job = _job(job)
+    released = []  # an attempt released it: its commit may have happened (1021)
+
+    def body(tr):
+        row = _row_of(tr, job)
+        if row is None or row.lock != job.lock:
+            if released and row is not None and row.state == "pending":
+                return
+            raise _halt(job)
+        released.append(True)
+        rows.clear_activity(tr, job.type, row)
+        rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost)  # the same run
+
+    within_store(tr, body)
