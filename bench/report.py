@@ -1,0 +1,212 @@
+"""The peer comparison's report: RESULTS.md assembled one section per workload from the
+results ``bench.compare`` gathered."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench.lineup import BARE_BATCH, TITLES, size
+
+def _med(values, fmt="{:,.0f}") -> str:
+    if not values:
+        return "–"
+    med = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return med
+    return f"{med} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def _cells(results, peer, workload, key, match=None, fmt="{:,.0f}") -> tuple[str, list[float]]:
+    rows = [r for r in results if r["peer"] == peer and r["workload"] == workload
+            and all(r["params"].get(k) == v for k, v in (match or {}).items())]
+    if not rows:
+        return "–", []
+    vals = [r[key] for r in rows if r.get("ok") and r.get(key) is not None]
+    fails = [r for r in rows if not r.get("ok")]
+    text = _med(vals, fmt) if vals else ""
+    if fails:
+        text = (text + "; " if text else "") + f"failed {len(fails)}/{len(rows)}: {fails[0].get('error', '?')[:80]}"
+    return text, vals
+
+
+def _ran(results, peer: str, workload: str) -> bool:
+    return any(r["peer"] == peer and r["workload"] == workload for r in results)
+
+
+def _reruns(results, workload: str) -> list[dict]:
+    """The runs of ``workload`` whose handlers started more often than there were jobs."""
+    return [r for r in results if r["workload"] == workload and r.get("ok") and r["runs"] > r["jobs"]]
+
+
+def _intro(args, m: dict, versions: dict, started: str, wall: float, command: str) -> list[str]:
+    runs = f"median of {args.repeat} runs (min–max)" if args.repeat > 1 else "1 run"
+    return [
+        "# Peer comparison: no-op jobs on one machine",
+        "",
+        f"Produced by `{command}` on {started} in {wall / 60:.0f} min. "
+        f"{'Quick smoke run: small sizes, one run, so noisy. ' if args.quick else ''}Each cell: {runs}.",
+        "",
+        f"Machine: {m['cores']} CPUs ({m['cpu']}), {m['memory']}, {m['os']}, Python {m['python']}, "
+        f"SQLite {m['sqlite']}; store files and server data on {m['fs']} (a temporary directory). "
+        f"Load average before the run: {', '.join(map(str, m['load_before']))}. "
+        "**Other work runs on this 2-core machine at the same time**, and every worker, server and "
+        "producer shares the same 2 cores, so take the spread seriously and compare within a run.",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".",
+        "",
+        "Every worker is an OS process doing one job at a time; every job is a no-op whose handler "
+        "appends one line (its start time, the job's enqueue time) to a shared file "
+        "(`bench/peers/record.py`): the same cost in every queue.",
+        "",
+    ]
+
+
+def _burndown_section(args, results) -> list[str]:
+    out = [f"## Burn-down: {args.jobs:,} jobs preloaded, then W worker processes start", "",
+           "jobs/s from the first job's start to the last one's (worker start-up not counted).", "",
+           "| queue | " + " | ".join(f"W = {w}" for w in args.workers) + " |",
+           "|---|" + "---:|" * len(args.workers)]
+    for peer in args.peers:
+        n = size(peer, args.jobs)
+        cells = [_cells(results, peer, "burndown", "jobs_per_s", {"workers": w, "jobs": n})[0]
+                 for w in args.workers]
+        title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
+        out.append(f"| {title} | " + " | ".join(cells) + " |")
+    extra = [f"{TITLES[r['peer']]} W = {r['params']['workers']}: {r['runs'] - r['jobs']}"
+             for r in _reruns(results, "burndown")]
+    out += ["", "Jobs run more than once (handler starts beyond one per job): "
+            + ("; ".join(extra) if extra else "none") + "."]
+    out.append("")
+    return out
+
+
+def _steady_section(args, results) -> list[str]:
+    out = [f"## Steady: a producer at a fixed rate for {args.secs:g} s, 4 idle workers", "",
+           "Latency from enqueue (wall clock, producer side) to the handler's start, ms. "
+           "*saturated*: the producer fell behind (enqueue too slow) or p50 > 1 s "
+           "(workers slower than the rate): not a latency at that rate.", "",
+           "| queue | rate, jobs/s | p50 ms | p99 ms | achieved rate, jobs/s |", "|---|---:|---:|---:|---:|"]
+    for peer, target in ((p, t) for p in args.peers for t in args.rates):
+        m = {"rate": target}
+        if not _ran(results, peer, "steady"):
+            continue
+        p50 = _cells(results, peer, "steady", "p50_ms", m, fmt="{:,.1f}")[0]
+        p99 = _cells(results, peer, "steady", "p99_ms", m, fmt="{:,.1f}")[0]
+        rate, rates = _cells(results, peer, "steady", "rate", m, fmt="{:,.0f}")
+        _t, p50s = _cells(results, peer, "steady", "p50_ms", m)
+        if (rates and min(rates) < 0.95 * target) or (p50s and max(p50s) > 1000):
+            rate += " *saturated*"
+        out.append(f"| {TITLES[peer]} | {target:g} | {p50} | {p99} | {rate} |")
+    out.append("")
+    return out
+
+
+def _sustained_section(args, results) -> list[str]:
+    out = [f"## Sustained: a producer adds {args.sustained_jobs:,} jobs as fast as it can, 4 workers run them", "",
+           "One enqueue call per job (as an application adds work), while the workers drain. "
+           "Throughput: jobs / (last handler start - first enqueue); latency: enqueue to handler start.", "",
+           "| queue | jobs/s through | enqueue rate, jobs/s | p50 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
+    for peer in args.peers:
+        if not _ran(results, peer, "sustained"):
+            continue
+        n = size(peer, args.sustained_jobs)
+        cells = [_cells(results, peer, "sustained", k, fmt=f)[0] for k, f in
+                 (("jobs_per_s", "{:,.0f}"), ("enqueue_per_s", "{:,.0f}"), ("p50_ms", "{:,.1f}"),
+                  ("p99_ms", "{:,.1f}"))]
+        title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.sustained_jobs else "")
+        out.append(f"| {title} | " + " | ".join(cells) + " |")
+    extra = [f"{TITLES[r['peer']]}: {r['runs'] - r['jobs']}" for r in _reruns(results, "sustained")]
+    out += ["", "Jobs run more than once: " + ("; ".join(extra) if extra else "none") + ".", ""]
+    return out
+
+
+def _recovery_section(args, results) -> list[str]:
+    out = [f"## Recovery: `kill -9` of a worker holding a job (2 workers; cap {args.cap:g} s)", "",
+           "Seconds from the kill (of the worker's whole process tree) to the job's next start in the "
+           "other worker.", "",
+           "| queue | recovery, s | recovered | mechanism |", "|---|---:|---|---|"]
+    for peer in args.peers:
+        rows = [r for r in results if r["peer"] == peer and r["workload"] == "recovery"]
+        if not rows:
+            continue
+        text, vals = _cells(results, peer, "recovery", "recovery_s", fmt="{:,.1f}")
+        ok = [r for r in rows if r.get("ok")]
+        rec = sum(1 for r in ok if r.get("recovered"))
+        if ok and not vals:
+            text = f"none within {args.cap:g} s" + (f"; {text}" if text else "")
+        mech = next((r.get("mechanism") for r in rows if r.get("mechanism")), "") or "none"
+        out.append(f"| {TITLES[peer]} | {text} | {rec}/{len(rows)} | {mech} |")
+    out.append("")
+    return out
+
+
+def _scale_section(scale: dict) -> list[str]:
+    out = ["## Scale (ours): one operation with many jobs pending", ""]
+    if scale.get("ok"):
+        out += [f"{scale['ops']} `add` (one per transaction), then {scale['ops']} `accept` + `finish`, at each "
+                "size; the store is preloaded in 5,000-job transactions.", "",
+                "| jobs pending | add, µs | accept + finish, µs | preload, s |", "|---:|---:|---:|---:|"]
+        for size, adds, takes, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"], scale["preload_s"]):
+            out.append(f"| {size:,} | {_med(adds)} | {_med(takes)} | {pre:,.0f} |")
+    else:
+        out.append(f"failed: {scale.get('error')}")
+    out.append("")
+    return out
+
+
+def _limit_section(args, results, limit: dict) -> list[str]:
+    eng = statistics.median(limit["engine"])
+    out = ["## Limit (ours): the engine's raw commit rate", "",
+           f"{limit['commits']:,} transactions of one write each, WAL, synchronous=NORMAL "
+           "(`bench/bench_engine.py`'s functions), in the same run.", "",
+           "| measurement | value |", "|---|---:|",
+           f"| plain SQLite, commits/s | {_med(limit['plain'])} |",
+           f"| embedded engine, commits/s | {_med(limit['engine'])} |",
+           f"| bare `accept` + `finish` loop, 1 process, no Processor ({limit['bare_jobs']:,} jobs), jobs/s | "
+           f"{_med(limit['bare'])} ({statistics.median(limit['bare']) / eng * 100:.0f} % of the commit rate) |",
+           f"| the same loop with `accept_many({BARE_BATCH})` and one finish transaction per batch, jobs/s | "
+           f"{_med(limit['batched'])} ({statistics.median(limit['batched']) / eng * 100:.0f} % of the commit rate) |"]
+    for w in args.workers:
+        _t, vals = _cells(results, "ours", "burndown", "jobs_per_s", {"workers": w})
+        if vals:
+            jps = statistics.median(vals)
+            out.append(f"| ours burn-down W = {w} (Processor): jobs/s as % of the engine's commit rate | "
+                       f"{jps / eng * 100:.0f} % |")
+    out += ["", "A job costs an accept and a finish in the burn-down (the add was preloaded). One job per "
+            "transaction, that is 2 commits a job: 50 % of the commit rate is then the ceiling (more "
+            "workers only queue on the one write lock). The Processor goes past it by taking up to 32 "
+            "jobs in one accept transaction and committing finished jobs together (each still fenced "
+            "on its own), so the ceiling becomes the work per job inside the transactions.", ""]
+    return out
+
+
+def _setup_section(args, results) -> list[str]:
+    out = ["## How each queue is set up", "", "| queue | settings | recovery mechanism |", "|---|---|---|"]
+    for peer in args.peers:
+        s = next((r for r in results if r["peer"] == peer and r.get("settings")), {})
+        out.append(f"| {TITLES[peer]} | {s.get('settings', '')} | {s.get('mechanism') or 'none'} |")
+    out += ["", "Servers: Redis with no persistence (`--save ''`, no AOF: not durable); PostgreSQL with "
+            "`synchronous_commit=off` (like SQLite's synchronous=NORMAL: durable against process crashes, "
+            "not power loss). Both on 127.0.0.1, started and stopped by the run.", "",
+            "Plots: `burndown.png`, `latency.png`, `scale.png`; raw numbers: `results.json`.", ""]
+    return out
+
+
+# The queue workloads' sections, in the report's order.
+_SECTIONS = (("burndown", _burndown_section), ("steady", _steady_section), ("sustained", _sustained_section),
+             ("recovery", _recovery_section))
+
+
+def report(args, info: dict, versions: dict, results: list[dict], limit: dict | None, scale: dict | None,
+           started: str, wall: float, command: str) -> str:
+    """RESULTS.md: the machine, then a section per workload run, then each queue's setup."""
+    out = _intro(args, info, versions, started, wall, command)
+    for workload, section in _SECTIONS:
+        if workload in args.workloads:
+            out += section(args, results)
+    if scale is not None:
+        out += _scale_section(scale)
+    if limit is not None:
+        out += _limit_section(args, results, limit)
+    out += _setup_section(args, results)
+    return "\n".join(out)
