@@ -52,11 +52,12 @@ from jobs.engine.transactional import watch
 from monitor import ActivityMonitor
 
 from . import behaviors
-from .context import AsyncContext, Context, Run
+from .context import AsyncContext, Context
 from .errors import WorkerLost
 from .feed import Feed
 from .finishes import Finishes
 from .interrupt import Interruptible
+from .run import Run
 from .submit import TaskFuture, submit
 
 log = logging.getLogger("processors")
@@ -330,10 +331,9 @@ class Processor:
         key = (job.type, job.id)
         queued = False
         try:
-            if run.halted.is_set():  # lost (or handed back) before its handler started
+            if not run.state.start():  # lost (or handed back) before its handler started
                 self.stats["halted"] += 1
                 return
-            run.started = True
             if run.job.lost is not None and run.job.lost.count >= handler.max_lost:
                 self._give_up(run, handler)  # a poison job: running it would kill this worker too
                 return
@@ -345,9 +345,8 @@ class Processor:
                     return
             else:
                 stopper = lane.start()
-                run.stopper = stopper if handler.interrupt else None
-                result, error = lane.run(lambda: handler.fn(Context(run)))
-                run.stopper = None
+                with run.state.stoppable(stopper if handler.interrupt else None):
+                    result, error = lane.run(lambda: handler.fn(Context(run)))
             self._feed.ran(time.monotonic() - began)
             queued = self._complete(run, handler, result, error)
         except Exception:  # noqa: BLE001 - never let one job kill the loop
@@ -359,20 +358,17 @@ class Processor:
 
     async def _call_async(self, run: Run, handler: Handler):
         """An async handler, in the event loop: (result, error, cancelled)."""
-        with anyio.CancelScope() as scope:
-            run.stopper = scope.cancel
+        with anyio.CancelScope() as scope, run.state.stoppable(scope.cancel):
             try:
                 return await handler.fn(AsyncContext(run)), None, False
             except Exception as exc:  # noqa: BLE001 - user code: recorded
                 return None, exc, False
-            finally:
-                run.stopper = None
         return None, None, True
 
     def _complete(self, run: Run, handler: Handler, result, error: BaseException | None) -> bool:
         """Write the outcome of a run: finish, retry later, or run again later.  True when
         it was queued for the group commit (which then drops the run from ``_running``)."""
-        if run.halted.is_set():
+        if run.state.halted.is_set():
             self.stats["halted"] += 1
             return False
         if error is None:
@@ -401,15 +397,16 @@ class Processor:
         attempt, with the reason; the handler is not called (``on_lost`` is, if given)."""
         error = WorkerLost(behaviors.lost_error(run.job.lost))
         log.error("job %s/%s: %s: failing it", run.job.type, run.job.id, error)
+        hooks = run.on_commit
         try:
             if handler.on_lost is not None:
                 handler.on_lost(Context(run), str(error))
         except Exception:  # noqa: BLE001 - the job fails all the same; its writes are dropped
             log.exception("job %s/%s: on_lost failed", run.job.type, run.job.id)
-            run.on_commit.clear()
+            hooks = []
         outcome = behaviors.after_failure(run.job.data, error, behaviors.LAST_ATTEMPT, handler.every)
         try:
-            written = self._write(run, outcome, run.on_commit)
+            written = self._write(run, outcome, hooks)
         except _HookFailed:  # the job fails all the same, without on_lost's writes
             log.exception("job %s/%s: on_lost's on_commit failed", run.job.type, run.job.id)
             written = self._write(run, outcome)
@@ -443,30 +440,27 @@ class Processor:
         """Finish the job (and resubmit it for ``again_at``) in one transaction, with the
         handler's ``on_commit`` writes; False if the job was lost meanwhile (nothing
         written)."""
-        with run.lock:  # no heartbeat or hand-back in between
-            if run.halted.is_set():
-                return False
-            run.finishing = True  # the lost-job watcher must not take our finish for a loss
-            job = run.job
+        def body(tr):
+            job = run.job  # (renewed by the last heartbeat; none comes once finishing)
+            if outcome.again_at is not None:  # finish then makes it pending at that time
+                jobs.resubmit(tr, job, scheduled_time=outcome.again_at)
+            if jobs.finish(tr, job, outcome.data, failed=outcome.failed):  # False: committed already (1021)
+                for fn in hooks:
+                    try:
+                        fn(tr)
+                    except Exception as exc:  # noqa: BLE001 - FDB errors pass, to be retried
+                        if error_code(exc) is not None:
+                            raise
+                        raise _HookFailed() from exc
 
-            def body(tr):
-                if outcome.again_at is not None:  # finish then makes it pending at that time
-                    jobs.resubmit(tr, job, scheduled_time=outcome.again_at)
-                if jobs.finish(tr, job, outcome.data, failed=outcome.failed):  # False: committed already (1021)
-                    for fn in hooks:
-                        try:
-                            fn(tr)
-                        except Exception as exc:  # noqa: BLE001 - FDB errors pass, to be retried
-                            if error_code(exc) is not None:
-                                raise
-                            raise _HookFailed() from exc
-
-            try:
+        try:
+            # no heartbeat or hand-back in between; the lost-job watcher must not take our
+            # finish for a loss
+            with run.state.writing(finish=True):
                 run_transaction(self.db, body)
-            except Halt:
-                run.halted.set()
-                return False
-            return True
+        except Halt:  # halted before, or lost meanwhile: nothing written
+            return False
+        return True
 
     # --- heartbeats ----------------------------------------------------------------------
 
@@ -481,7 +475,7 @@ class Processor:
                 except Exception:  # noqa: BLE001 - keep the last known timeouts
                     log.exception("reading the type timeouts failed")
             for run in list(self._running.values()):
-                if not run.halted.is_set() and not run.finishing and run.next_beat <= now:
+                if run.state.active and run.next_beat <= now:
                     await self._beat(run)
             pending_beats = [r.next_beat for r in self._running.values()]
             next_beat = min(pending_beats, default=now + 1.0)
@@ -494,7 +488,7 @@ class Processor:
             _lost(run)
         except Exception:  # noqa: BLE001 - a failed heartbeat is retried at the next tick
             log.exception("heartbeat of %s/%s failed", run.job.type, run.job.id)
-            run.next_beat = time.monotonic() + min(1.0, run.beat_every)
+            run.beat_in(min(1.0, run.beat_every))
 
     async def _run_periodic(self, seconds: float, fn, stop) -> None:
         """One periodic() duty, until the task group is cancelled (the processor stopped)."""
@@ -522,15 +516,14 @@ class Processor:
         while True:
             lost = await anyio.to_thread.run_sync(self._lost_jobs)
             for run in lost:
-                if not run.halted.is_set() and not run.finishing:  # (our own finish: not lost)
-                    run.halt()
+                if run.state.take_away():  # (our own finish: not lost)
                     _lost(run)
             await anyio.sleep(LOST_CHECK)
 
     def _lost_jobs(self) -> list:
         """Block until a type of a held job changes (1 s at most); the held jobs that are
         no longer held then.  Never raises: a failed check is tried again."""
-        held = [r for r in list(self._running.values()) if not r.halted.is_set() and not r.finishing]
+        held = [r for r in list(self._running.values()) if r.state.active]
         if not held:
             self._new_run.wait(1.0)
             self._new_run.clear()
@@ -565,13 +558,13 @@ class Processor:
         self._feed.stop()
         deadline = time.monotonic() + self.grace
         while not self._hurry.is_set() and time.monotonic() < deadline and any(
-            r.started and not r.finishing for r in list(self._running.values())
+            r.state.started and not r.state.finishing for r in list(self._running.values())
         ):
             await anyio.sleep(TICK)
         await anyio.to_thread.run_sync(self._finishes.flush)
         for run in list(self._running.values()):
             released = await anyio.to_thread.run_sync(self._hand_back, run)
-            run.stop_handler()
+            run.state.stop_handler()
             if released:
                 self.stats["released"] += 1
         end = time.monotonic() + STOP_WAIT
@@ -579,17 +572,15 @@ class Processor:
             await anyio.sleep(TICK)
         await anyio.to_thread.run_sync(self._finishes.flush)  # outcomes queued meanwhile
         for run in list(self._running.values()):
-            if not run.started or run.halted.is_set():
+            if not run.state.started or run.state.halted.is_set():
                 self._running.pop((run.job.type, run.job.id), None)
         if any(lane.is_alive() for lane in lanes):  # e.g. blocked in C code: abandoned
             log.warning("handler(s) ignored the stop; their jobs were handed back")
 
     def _hand_back(self, run: Run) -> bool:
-        with run.lock:  # after a finish in flight, or before it (which then writes nothing)
-            if run.halted.is_set() or run.finishing:  # (a queued outcome is written instead)
-                return False
-            run.halted.set()
-            return _release_quietly(self.db, run.job)
+        # after a finish in flight, or before it (which then writes nothing); a run
+        # finishing already is not handed back: its queued outcome is written instead
+        return run.state.take_away(then=lambda: _release_quietly(self.db, run.job))
 
 
 class _HookFailed(Exception):
@@ -608,7 +599,7 @@ def _release_quietly(db, job: jobs.Job) -> bool:
 def _lost(run: Run) -> None:
     """A held job was taken away (removed or re-enqueued): say so and stop its handler."""
     log.warning("job %s/%s was taken away (removed or re-enqueued): stopping its handler", run.job.type, run.job.id)
-    run.stop_handler()
+    run.state.stop_handler()
 
 
 def _kind(error: BaseException | None, outcome: behaviors.Outcome, handler: Handler) -> str:
