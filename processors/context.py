@@ -1,66 +1,14 @@
 """What a handler gets: the job's params, progress updates, and whether it was halted.
 
-One ``Run`` per accepted job holds the worker's current ``Job`` (renewed by every update,
-from the handler or the heartbeat) under a lock, since the heartbeat runs on another
-thread than a sync handler.  Once halted, a run writes nothing more: ``update`` raises
-``Halt`` and the processor does not finish the job.
+A Context is a view of the processor's ``Run`` of the job (``run.py``): once the run is
+halted it writes nothing more, ``update`` raises ``Halt`` and the job is not finished.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-
 import anyio.to_thread
 
-import jobs
-from jobs import Halt
-
-from . import behaviors
-from .interrupt import shielded
-
-
-class Run:
-    """The processor's record of one job it holds."""
-
-    def __init__(self, db, job: jobs.Job, beat_every: float):
-        self.db = db
-        self.job = job
-        self.id = uuid.uuid4().hex  # this run of the job (a re-run elsewhere gets another)
-        self.params, self.task = behaviors.split(job.data)
-        self.beat_every = beat_every
-        self.next_beat = time.monotonic() + beat_every
-        self.halted = threading.Event()  # lost the job (Halt) or handed it back (shutdown)
-        self.lock = threading.Lock()  # serializes updates: handler vs heartbeat
-        self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
-        self.stopper = None  # stops the handler: set by the processor when it starts one
-        self.started = False  # its handler was called (else it was only prefetched)
-        self.finishing = False  # its outcome is queued or being written (the job leaves "running")
-
-    def update(self, data: dict | None) -> None:
-        """Heartbeat (data None) or progress: renew the job, or raise Halt once lost."""
-        with self.lock:
-            if self.halted.is_set():
-                raise Halt(f"job {self.job.type}/{self.job.id} was halted; stop working on it")
-            full = None if data is None else {**data, behaviors.TASK_KEY: self.task} if self.task else data
-            try:
-                with shielded():  # never interrupted inside a transaction
-                    self.job = jobs.update(self.db, self.job, full)
-            except Halt:
-                self.halted.set()
-                raise
-            self.next_beat = time.monotonic() + self.beat_every
-
-    def halt(self) -> None:
-        with self.lock:
-            self.halted.set()
-
-    def stop_handler(self) -> None:
-        """Cancel the async handler's scope or interrupt the sync handler's thread (if
-        its handler allows it); nothing before the handler started."""
-        if self.stopper is not None:
-            self.stopper()
+from .run import Run
 
 
 class Context:
@@ -112,15 +60,12 @@ class Context:
 
     def check(self) -> None:
         """Raise Halt if the job was taken away: call it between steps of long work."""
-        if self.halted:
-            raise Halt(f"job {self.type}/{self.job_id} was halted; stop working on it")
+        self._run.state.check()
 
     def update(self, data: dict | None = None) -> None:
         """Record progress (``data`` replaces the params; None only heartbeats).  Raises
         Halt when the job is no longer this worker's."""
         self._run.update(data)
-        if data is not None:
-            self._run.params = data
 
     def on_commit(self, fn) -> None:
         """Run ``fn(tr)`` inside the transaction that finishes the job with the handler's

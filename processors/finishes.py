@@ -43,10 +43,8 @@ class Finishes:
 
     def add(self, run, outcome, kind: str) -> bool:
         """Queue ``run``'s outcome; False if the run was halted first (nothing to write)."""
-        with run.lock:
-            if run.halted.is_set():
-                return False
-            run.finishing = True  # no more heartbeats; the lost-job watcher leaves it alone
+        if not run.state.finish():  # (no more heartbeats; the lost-job watcher leaves it alone)
+            return False
         with self._lock:
             if not self._queue:
                 self._oldest = time.monotonic()
@@ -113,7 +111,7 @@ class Finishes:
         """Tell of ``batch`` once it committed, ``lost`` naming the runs that wrote nothing."""
         for run, _outcome, kind in batch:
             if run in lost:
-                run.halted.set()
+                run.state.halt()
                 self._written(run, None)
             else:
                 self._written(run, kind)
@@ -125,7 +123,7 @@ def _write_all(tr, batch: list) -> set:
     lost = set()
     for run, outcome, _kind in batch:
         job = run.job
-        if run.halted.is_set():  # handed back meanwhile
+        if run.state.halted.is_set():  # handed back meanwhile
             lost.add(run)
             continue
         # resubmit only a job still ours: it writes unfenced (the finish below fences)

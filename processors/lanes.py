@@ -1,0 +1,110 @@
+"""A processor's lanes: ``concurrency`` threads, each running one job at a time.
+
+A lane takes a run from the feed, calls its handler (a sync one on the lane itself,
+interruptible, see ``interrupt.py``; an async one in the event loop) and hands what it
+returned to ``Outcomes``.  A lane in which an interrupt was raised retires; the
+processor's event loop starts a fresh one in its place (:meth:`Lanes.replace_retired`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import anyio
+import anyio.from_thread
+
+from .context import AsyncContext, Context
+from .handlers import Handler
+from .interrupt import Interruptible
+from .run import Run
+
+log = logging.getLogger("processors")
+
+
+class Lanes:
+    """The lane threads of one serve: they run the runs of ``feed`` with ``handlers`` (by
+    type), write outcomes through ``outcomes``, and drop each run from ``held`` unless its
+    outcome was queued.  ``token``: the event loop's, for async handlers."""
+
+    def __init__(self, concurrency: int, *, feed, handlers: dict[str, Handler], outcomes, held, stats, token):
+        self._feed = feed
+        self._handlers = handlers
+        self._outcomes = outcomes
+        self._finishes = outcomes.finishes
+        self._held = held
+        self._stats = stats
+        self._token = token
+        self._threads = [self._start(i) for i in range(concurrency)]
+
+    def replace_retired(self) -> None:
+        """Start a fresh thread for each lane that retired after an interrupt."""
+        for i, thread in enumerate(self._threads):
+            if not thread.is_alive():
+                self._threads[i] = self._start(i)
+
+    def alive(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
+    def _start(self, number: int) -> threading.Thread:
+        thread = threading.Thread(target=self._lane, name=f"lane-{number}", daemon=True)
+        thread.start()
+        return thread
+
+    def _lane(self) -> None:
+        """One lane: take a run, execute it, until stopping (or an interrupt retires it)."""
+        lane = Interruptible()
+        feed = self._feed
+        while not lane.interrupted:
+            run = feed.take()
+            if run is None:
+                return
+            self._execute(run, lane)
+            # Nothing prefetched left: this lane's next accept writes the outcomes, unless
+            # another lane is accepting (it may be waiting for jobs): then commit them now.
+            if self._finishes.due(now=feed.empty() and feed.accepting):
+                self._finishes.flush(wait=False)
+
+    def _execute(self, run: Run, lane: Interruptible) -> None:
+        """Run one job's handler on this lane and queue (or write) its outcome."""
+        handler = self._handlers[run.job.type]
+        queued = False
+        try:
+            if not run.state.start():  # lost (or handed back) before its handler started
+                self._stats["halted"] += 1
+                return
+            if run.job.lost is not None and run.job.lost.count >= handler.max_lost:
+                self._outcomes.give_up(run, handler)  # a poison job: running it would kill this worker too
+                return
+            began = time.monotonic()
+            returned = self._call(run, handler, lane)
+            if returned is None:  # halted or handed back: nothing more is written
+                self._stats["halted"] += 1
+                return
+            self._feed.ran(time.monotonic() - began)
+            queued = self._outcomes.complete(run, handler, *returned)
+        except Exception:  # noqa: BLE001 - never let one job kill the loop
+            log.exception("job %s/%s: writing its outcome failed; its type timeout will re-enqueue it",
+                          run.job.type, run.job.id)
+            self._stats["errors"] += 1
+        finally:
+            if not queued:
+                self._held.drop(run)
+
+    def _call(self, run: Run, handler: Handler, lane: Interruptible):
+        """Call the handler: ``(result, error)``, or None if an async one was cancelled."""
+        if handler.is_async:
+            return anyio.from_thread.run(self._call_async, run, handler, token=self._token)
+        stopper = lane.start()
+        with run.state.stoppable(stopper if handler.interrupt else None):
+            return lane.run(lambda: handler.fn(Context(run)))
+
+    async def _call_async(self, run: Run, handler: Handler):
+        """An async handler, in the event loop: ``(result, error)``, None if cancelled."""
+        with anyio.CancelScope() as scope, run.state.stoppable(scope.cancel):
+            try:
+                return await handler.fn(AsyncContext(run)), None
+            except Exception as exc:  # noqa: BLE001 - user code: recorded
+                return None, exc
+        return None
