@@ -38,7 +38,7 @@ def create_database(tr, name: str, *, location: str | None = None) -> Database:
             if old.id == new.id:
                 return old  # this call's own commit, behind commit_unknown_result
             raise DatabaseExists(f"database {name!r} already exists")
-        layout.ensure_layout(tr)
+        layout.LAYOUT.upgrade(tr)
         tr.set(layout.database_key(name), raw)
         return new
 
