@@ -8,8 +8,9 @@ resumes where it stopped: one sorted run per data file, then one merge of the ru
 cannot fail (bad arguments are refused when it starts); several indexes build at once.
 
 Index records, next to the catalog (``("indexes", db, table, name)`` -> JSON
-``{column, table_id, location, state: building|ready|failed}``); the data lives in the table
-version's directory (``_index-<name>/part-NNNNN``), so it goes with the table version.
+``{column, table_id, location, state: building|ready|failed}``; the layout's version at
+``("indexes", None, "layout")``); the data lives in the table version's directory
+(``_index-<name>/part-NNNNN``), so it goes with the table version.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ import orjson
 
 from jobs import prefixes
 from jobs.codec import read_json
-from jobs.engine import Subspace
 from jobs.engine.transactional import run, within
+from jobs.layouts import Layout
 from processors.operations import Operation
 
 from . import catalog
-from .errors import CatalogError, PipelineError
+from .errors import CatalogError, CatalogLayoutError, CatalogStoreError, PipelineError
 from .frames import partition_frame, split_name
 from .partition_files import read_partition, write_partition
 from .spark import spark_schema, spark_session
 
-INDEXES = Subspace(prefixes.INDEXES)
+LAYOUT = Layout("index", prefixes.INDEXES, 1, error=CatalogStoreError, newer=CatalogLayoutError)
+INDEXES = LAYOUT.space
 
 
 class IndexExists(PipelineError):
@@ -47,7 +49,17 @@ def _key(qualified: str, name: str) -> bytes:
 
 def get_index(tr, qualified: str, name: str) -> dict | None:
     """The index record, or None."""
-    return within(tr, lambda tr: read_json(tr, _key(qualified, name)))
+
+    def body(tr):
+        LAYOUT.check(tr)
+        return read_json(tr, _key(qualified, name))
+
+    return within(tr, body)
+
+
+def _put(tr, qualified: str, name: str, record: dict) -> None:
+    LAYOUT.upgrade(tr)
+    tr.set(_key(qualified, name), orjson.dumps(record))
 
 
 def index_location(table, name: str, pid) -> str:
@@ -74,7 +86,7 @@ def build_index(db, ops, qualified: str, column: str, name: str) -> int:
         instance = ops.start_operation("build_index", qualified, {"column": column, "name": name}, tr=tr)
         record = {"column": column, "table_id": table.id, "state": "building", "since": time.time(),
                   "instance": instance, "nonce": nonce}
-        tr.set(_key(qualified, name), orjson.dumps(record))
+        _put(tr, qualified, name, record)
         return instance
 
     return run(db, body)

@@ -20,6 +20,7 @@ State, changed only by transactions with the seed's conditions (key layout)::
     ("ops", table, type, "next")                 -> next instance id (JSON int)
     ("ops", table, type, instance, "op")         -> JSON {state, arg, partitions, started, ended}
     ("ops", table, type, instance, "job", part)  -> JSON {state: success|failed, result, at}
+    ("ops", None, "layout")                      -> (LAYOUT.version,)  tuple-packed
 
 Operation states: running -> success | failed, or running -> cancelling -> cancelled.
 """
@@ -34,16 +35,18 @@ import uuid
 import orjson
 
 import jobs
-from jobs import JobsError, checks, prefixes
+from jobs import JobsError, LayoutError, StoreError, checks, prefixes
 from jobs.codec import read_json
 from jobs.engine import Subspace, wait_future
 from jobs.engine.transactional import run as run_transaction, within
 from jobs.engine.transactional import watch as watch_key
+from jobs.layouts import Layout
 
 from .behaviors import Retry
 from .context import Context
 
-OPS = Subspace(prefixes.OPERATIONS)
+LAYOUT = Layout("operations", prefixes.OPERATIONS, 1, error=StoreError, newer=LayoutError)
+OPS = LAYOUT.space
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as recorded in job outcomes
 FINAL = ("success", "failed", "cancelled")
 # A coordinator whose completion code fails is retried until it succeeds (the operation
@@ -173,6 +176,12 @@ def _job_space(table: str, type: str, instance: int) -> Subspace:
     return OPS[table][type][instance]["job"]
 
 
+def _running(tr, table: str) -> list[dict]:
+    """The table's running operations (the layout checked first)."""
+    LAYOUT.check(tr)
+    return read_json(tr, _run_key(table), [])
+
+
 def job_id(table: str, instance: int, partition: str) -> str:
     """Queue id of an operation's partition job."""
     return f"{table}/{instance}/{partition}"
@@ -187,6 +196,7 @@ def coordinator_type(type: str) -> str:
 
 
 def _outcomes(tr, table: str, type: str, instance: int) -> dict:
+    LAYOUT.check(tr)
     space = _job_space(table, type, instance)
     r = space.range()
     return {space.unpack(kv.key)[0]: orjson.loads(bytes(kv.value)) for kv in tr.get_range(r.start, r.stop)}
@@ -247,7 +257,7 @@ class Operations:
         def body(tr):
             if drawn and (read_json(tr, _op_key(table, type, drawn[0])) or {}).get("nonce") == nonce:
                 return drawn[0]  # an earlier attempt of this call committed
-            running = read_json(tr, _run_key(table), [])
+            running = _running(tr, table)
             for other in running:
                 if not _compatible(op, other):
                     raise OperationRefused(
@@ -259,6 +269,7 @@ class Operations:
                 raise ValueError(f"table {table!r} has no partitions")
             next_key = OPS.pack((table, type, "next"))
             instance = read_json(tr, next_key, 1)
+            LAYOUT.upgrade(tr)
             tr.set(next_key, _dumps(instance + 1))
             drawn[:] = [instance]
             record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
@@ -292,6 +303,7 @@ class Operations:
         return run_transaction(self.db, body)
 
     def _record(self, tr, table: str, type: str, instance: int) -> dict:
+        LAYOUT.check(tr)
         record = read_json(tr, _op_key(table, type, instance))
         if record is None:
             raise OperationNotFound(f"no operation {type!r} #{instance} on table {table!r}")
@@ -323,7 +335,7 @@ class Operations:
 
     def running_operations(self, tr, table: str) -> list[dict]:
         """The table's running operations: [{type, instance, ...}] (the seed's runOps)."""
-        return within(tr, lambda tr: read_json(tr, _run_key(table), []))
+        return within(tr, lambda tr: _running(tr, table))
 
     def wait_operation(self, table: str, type: str, instance: int, timeout: float | None = None) -> OperationStatus:
         """Block until the operation completed (``timeout`` seconds at most: TimeoutError);
