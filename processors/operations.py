@@ -38,7 +38,7 @@ import jobs
 from jobs import JobsError, LayoutError, StoreError, checks, prefixes
 from jobs.codec import read_json
 from jobs.engine import Subspace, wait_future
-from jobs.engine.transactional import run as run_transaction, within
+from jobs.engine.transactional import LastAttempt, run as run_transaction, within
 from jobs.engine.transactional import watch as watch_key
 from jobs.layouts import Layout
 
@@ -252,11 +252,11 @@ class Operations:
         checks.name(table, "table")
         _dumps(arg)  # not JSON: TypeError now, not in a worker
         nonce = uuid.uuid4().hex
-        drawn: list[int] = []  # the instance an attempt took: its commit may have happened (1021)
+        drawn = LastAttempt()  # the instance an attempt took: its commit may have happened (1021)
 
         def body(tr):
-            if drawn and (read_json(tr, _op_key(table, type, drawn[0])) or {}).get("nonce") == nonce:
-                return drawn[0]  # an earlier attempt of this call committed
+            if drawn.committed(lambda i: (read_json(tr, _op_key(table, type, i)) or {}).get("nonce") == nonce):
+                return drawn.value  # an earlier attempt of this call committed
             running = _running(tr, table)
             for other in running:
                 if not _compatible(op, other):
@@ -271,7 +271,7 @@ class Operations:
             instance = read_json(tr, next_key, 1)
             LAYOUT.upgrade(tr)
             tr.set(next_key, _dumps(instance + 1))
-            drawn[:] = [instance]
+            drawn.record(instance)
             record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
                       "fail_fast": op.fail_fast, "nonce": nonce}
             tr.set(_op_key(table, type, instance), _dumps(record))
