@@ -55,6 +55,7 @@ BUILDS = ROOT["build"]
 LAYOUT_KEY = LAYOUT.key
 LAST_TID_KEY = ROOT.pack(("last_tid",))
 
+
 def run(tr, fn):
     """``fn(tr)`` joining ``tr`` or in its own transaction, the ingest layout checked first."""
 
