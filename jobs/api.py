@@ -47,8 +47,6 @@ from .reading import (
 from .type_timeouts import clear_type_timeout, get_type_timeout, get_types, set_type_timeout
 from .worker import accept, accept_many, finish, is_held, is_resubmitted, release, resubmit, update
 
-# Unlisted but imported from here all the same: ``is_held`` (by ``jobs/__init__.py``) and
-# ``get_run_info`` (by processors and the command).
 __all__ = [
     "Job",
     "JobInfo",
@@ -62,8 +60,10 @@ __all__ = [
     "get_job_data",
     "get_job_state",
     "get_jobs",
+    "get_run_info",
     "get_type_timeout",
     "get_types",
+    "is_held",
     "is_resubmitted",
     "pending_count",
     "release",

@@ -7,6 +7,7 @@ from dataclasses import replace
 from . import checks, failed as failed_index, keys, pending, rows
 from .calls import not_found, within_store
 from .codec import encode_data
+from .engine.transactional import LastAttempt
 from .errors import NoTypeTimeout
 
 
@@ -55,15 +56,15 @@ def remove(tr, type: str, job_id: str) -> None:
     Raises NotFound."""
     checks.name(type, "type")
     checks.name(job_id, "job id")
-    found = []  # an attempt found the job: its commit may have happened (1021)
+    found = LastAttempt()  # an attempt found the job: its commit may have happened (1021)
 
     def body(tr):
         row = rows.get(tr, type, job_id)
         if row is None:
-            if found:
+            if found.committed():  # gone: that attempt removed it
                 return
             raise not_found(type, job_id)
-        found.append(True)
+        found.record(True)
         if row.state == "pending":
             pending.remove(tr, type, row.stime, job_id)
         elif row.state == "finished":

@@ -40,12 +40,15 @@ from .codec import pack_double, pack_str
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
-from .layouts import check_version
+from .layouts import Layout
 
 LAYOUT_VERSION = 2
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
-ROOT = Subspace(prefixes.JOBS)
+# Layout 2 reads layout-1 stores as they are: nothing to rewrite.
+LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError,
+                newer=LayoutError, migrations={1: None})
+ROOT = LAYOUT.space
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
 WATCHES_PENDING = ROOT["watches_pending"]
@@ -56,7 +59,7 @@ FAILED = ROOT["failed"]
 LOST = ROOT["lost"]
 META = ROOT["meta"]
 
-LAYOUT_KEY = META.pack(("layout",))
+LAYOUT_KEY = LAYOUT.key
 STORE_ID_KEY = META.pack(("store_id",))
 
 
@@ -127,9 +130,7 @@ def check_key_sizes(type: str, job_id: str) -> None:
 
 # --- layout version and store identity ----------------------------------------------------
 
-# Databases whose stored layout was found to be this release's (a store's layout never
-# goes back down); a store of an older layout is read again until it is upgraded.
-_checked: "weakref.WeakSet[object]" = weakref.WeakSet()
+_checked = LAYOUT.checked  # databases seen at this layout version
 
 
 def _unpack_meta(raw: bytes, what: str):
@@ -139,25 +140,17 @@ def _unpack_meta(raw: bytes, what: str):
         raise StoreError(f"the store's job {what} key is corrupt ({raw[:40]!r})") from exc
 
 
-def _layout_version(tr) -> int | None:
-    """The stored job layout version (LayoutError for a newer one)."""
-    return check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="job", corrupt=StoreError, newer=LayoutError,
-                         checked=_checked)
-
-
 def check_layout(tr) -> None:
     """Raise LayoutError if the store was written by a newer layout.  Read once per database
     once it is this release's (a snapshot read: adds no conflicts to the caller's
     transaction)."""
-    _layout_version(tr)
+    LAYOUT.check(tr, version=LAYOUT_VERSION)  # read here, so that a test can play an older release
 
 
 def upgrade_layout(tr) -> None:
     """Before ``tr`` writes what only this layout can read: record this layout's version
-    unless the store is known to have it.  A blind write (no read conflict): concurrent
-    upgraders write the same value.  Raises LayoutError for a newer store."""
-    if _layout_version(tr) != LAYOUT_VERSION:
-        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
+    unless the store is known to have it.  Raises LayoutError for a newer store."""
+    LAYOUT.upgrade(tr)
 
 
 def ensure_store(tr) -> None:
@@ -166,7 +159,7 @@ def ensure_store(tr) -> None:
     check_layout(tr)
     if not tr.get(STORE_ID_KEY).wait().present():
         tr.set(STORE_ID_KEY, fdb_tuple.pack((uuid.uuid4().bytes,)))
-        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
+        LAYOUT.record(tr)
 
 
 # transaction -> (its read version, future of the store id): one read per transaction

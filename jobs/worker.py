@@ -10,6 +10,7 @@ from . import checks, failed as failed_index, keys, pending, rows
 from .accepting import AcceptCall
 from .calls import not_found, within_store
 from .codec import Row, decode_data, encode_data
+from .engine.transactional import LastAttempt
 from .errors import ForeignJobError, Halt
 from .job import Job, JobInfo
 
@@ -200,15 +201,15 @@ def release(tr, job: Job) -> None:
     before a job is done: the job need not wait out its type timeout.  Raises Halt when the
     job is no longer this worker's, ForeignJobError for a Job of another store."""
     job = _job(job)
-    released = []  # an attempt released it: its commit may have happened (1021)
+    released = LastAttempt()  # an attempt released it: its commit may have happened (1021)
 
     def body(tr):
         row = _row_of(tr, job)
         if row is None or row.lock != job.lock:
-            if released and row is not None and row.state == "pending":
+            if released.committed(lambda _: row is not None and row.state == "pending"):
                 return
             raise _halt(job)
-        released.append(True)
+        released.record(True)
         rows.clear_activity(tr, job.type, row)
         rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost)  # the same run
 

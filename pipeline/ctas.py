@@ -87,7 +87,7 @@ from .ctas_query import (
     table_partition_expr,
     view_name,
 )
-from .ctas_store import clear_pins, owner, pin_sources, pinned_sources, record_key, staged_version
+from .ctas_store import clear_pins, owner, pin_sources, pinned_sources, read_record, record_key, staged_version
 from .errors import (
     CtasFailed,
     PartitionBusy,
@@ -182,7 +182,7 @@ def ctas(
 
 def _start(tr, ops, ctas_id, target, query, sql, sources, columns, partition_by, partitions, replace) -> int | None:
     """The start transaction; None when the sources' schemas changed since the analysis."""
-    done = read_json(tr, record_key(ctas_id, "start"))
+    done = read_record(tr, ctas_id, "start")
     if done is not None:
         return done["instance"]  # this call's own commit, behind commit_unknown_result
     now = find_sources(tr, query)
@@ -224,7 +224,7 @@ def outcome(tr, ops: Operations, target: str, instance: int) -> Outcome | None:
 
     def body(tr):
         status = ops.operation_status(tr, target, TYPE, instance)
-        record = read_json(tr, record_key(status.arg["id"], "outcome"))
+        record = read_record(tr, status.arg["id"], "outcome")
         if record is None:
             return None
         return Outcome(record["state"], target, record.get("table_id"), record.get("reason"), status)

@@ -5,6 +5,9 @@ CTAS's id, drawn once per ``ctas()`` call, also the staged table's owner ``ctas.
     ("ctas", id, "source", qualified)      -> JSON {view, table_id, columns}   # pinned; cleared at the end
     ("ctas", id, "pin", qualified, pid)    -> JSON location                     # pinned; cleared at the end
     ("ctas", id, "outcome")                -> JSON {state: committed|aborted, table_id, reason, at}
+    ("ctas", None, "layout")               -> (LAYOUT.version,)  tuple-packed
+
+Readers go through :func:`read_record` or the functions below, which check the layout.
 """
 
 from __future__ import annotations
@@ -12,20 +15,28 @@ from __future__ import annotations
 import orjson
 
 from jobs import prefixes
-from jobs.engine import Subspace
+from jobs.codec import read_json
+from jobs.layouts import Layout
 
 from . import catalog, layout
 from .ctas_query import view_name
-from .errors import CatalogError
+from .errors import CatalogError, CatalogLayoutError, CatalogStoreError
 from .frames import split_name
 from .records import Table
 
-CTAS = Subspace(prefixes.CTAS)
+LAYOUT = Layout("CTAS", prefixes.CTAS, 1, error=CatalogStoreError, newer=CatalogLayoutError)
+CTAS = LAYOUT.space
 
 
 def record_key(ctas_id: str, *rest) -> bytes:
     """The key of a record of CTAS ``ctas_id`` (see the layout above)."""
     return CTAS.pack((ctas_id, *rest))
+
+
+def read_record(tr, ctas_id: str, *rest):
+    """The decoded record of CTAS ``ctas_id`` at ``rest`` (see the layout above), or None."""
+    LAYOUT.check(tr)
+    return read_json(tr, record_key(ctas_id, *rest))
 
 
 def owner(ctas_id: str) -> str:
@@ -45,6 +56,7 @@ def staged_version(tr, target: str, arg: dict) -> Table | None:
 
 def pinned_sources(tr, ctas_id: str) -> dict[str, dict]:
     """qualified -> {view, table_id, columns, locations: [location by pid]}."""
+    LAYOUT.check(tr)
     space = CTAS[ctas_id]
     out: dict[str, dict] = {}
     r = space["source"].range()
@@ -59,6 +71,7 @@ def pinned_sources(tr, ctas_id: str) -> dict[str, dict]:
 
 def pin_sources(tr, ctas_id: str, sources: dict[str, Table]) -> None:
     """Pin the sources' versions and partition locations: every partition job reads them."""
+    LAYOUT.upgrade(tr)
     for qualified, table in sources.items():
         tr.set(record_key(ctas_id, "source", qualified),
                orjson.dumps({"view": view_name(qualified), "table_id": table.id, "columns": table.schema}))
@@ -68,5 +81,6 @@ def pin_sources(tr, ctas_id: str, sources: dict[str, Table]) -> None:
 
 def clear_pins(tr, ctas_id: str) -> None:
     """Forget the pinned sources (the CTAS ended)."""
+    LAYOUT.check(tr)
     tr.clear_range(*layout.span(CTAS[ctas_id]["source"]))
     tr.clear_range(*layout.span(CTAS[ctas_id]["pin"]))

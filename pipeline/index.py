@@ -8,9 +8,10 @@ resumes where it stopped: one sorted run per data file, then one merge of the ru
 cannot fail (bad arguments are refused when it starts); several indexes build at once.
 
 Index records, next to the catalog (``("indexes", db, table, name)`` -> JSON
-``{column, table_id, location, state: building|ready|failed}``); the data lives in the table
-version's directory, one directory per build (``_index-<name>.<build>/part-NNNNN``), so it
-goes with the table version; a build that failed or was cancelled goes to the trash.
+``{column, table_id, location, state: building|ready|failed}``; the layout's version at
+``("indexes", None, "layout")``); the data lives in the table version's directory, one
+directory per build (``_index-<name>.<build>/part-NNNNN``), so it goes with the table
+version; a build that failed or was cancelled goes to the trash.
 """
 
 from __future__ import annotations
@@ -24,17 +25,18 @@ import orjson
 
 from jobs import prefixes
 from jobs.codec import read_json
-from jobs.engine import Subspace
 from jobs.engine.transactional import run, within
+from jobs.layouts import Layout
 from processors.operations import Operation
 
 from . import catalog
-from .errors import CatalogError, PipelineError
+from .errors import CatalogError, CatalogLayoutError, CatalogStoreError, PipelineError
 from .frames import partition_frame, split_name
 from .partition_files import read_partition, write_partition
 from .spark import spark_schema, spark_session
 
-INDEXES = Subspace(prefixes.INDEXES)
+LAYOUT = Layout("index", prefixes.INDEXES, 1, error=CatalogStoreError, newer=CatalogLayoutError)
+INDEXES = LAYOUT.space
 
 
 class IndexExists(PipelineError):
@@ -48,7 +50,17 @@ def _key(qualified: str, name: str) -> bytes:
 
 def get_index(tr, qualified: str, name: str) -> dict | None:
     """The index record, or None."""
-    return within(tr, lambda tr: read_json(tr, _key(qualified, name)))
+
+    def body(tr):
+        LAYOUT.check(tr)
+        return read_json(tr, _key(qualified, name))
+
+    return within(tr, body)
+
+
+def _put(tr, qualified: str, name: str, record: dict) -> None:
+    LAYOUT.upgrade(tr)
+    tr.set(_key(qualified, name), orjson.dumps(record))
 
 
 def build_directory(table, arg: dict) -> str:
@@ -87,7 +99,7 @@ def build_index(db, ops, qualified: str, column: str, name: str) -> int:
                                        tr=tr)
         record = {"column": column, "table_id": table.id, "state": "building", "since": time.time(),
                   "instance": instance, "nonce": nonce}
-        tr.set(_key(qualified, name), orjson.dumps(record))
+        _put(tr, qualified, name, record)
         return instance
 
     return run(db, body)
@@ -156,7 +168,7 @@ class BuildIndex(Operation):
             record["location"] = build_directory(t, arg)
         elif current:  # (a replaced or dropped table version took the build's directory with it)
             catalog.send_to_trash(tr, [build_directory(t, arg)], f"index {arg['name']} of {table}: a failed build")
-        tr.set(_key(table, arg["name"]), orjson.dumps(record))
+        _put(tr, table, arg["name"], record)
 
 
 def _table_or_none(tr, qualified: str):

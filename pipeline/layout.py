@@ -28,24 +28,24 @@ tag ``ingest-<tid>``): publishing reads the database's writers, so it cannot com
 one is open, nor a writer open once it has.  Writers outlive a dropped database, as the
 ingest transactions they stand for do.
 
-``meta/layout`` is written with the first database and checked the first time a database
-handle is used, so a store written by a newer release is refused instead of misread.
+``meta/layout`` (:data:`LAYOUT`) is written with the first database and checked the first
+time a database handle is used, so a store written by a newer release is refused instead of
+misread.
 """
 
 from __future__ import annotations
 
-import weakref
-
 from jobs import prefixes
-from jobs.layouts import check_version
 from jobs.engine import Subspace, value_of
-from jobs.engine import tuple as fdb_tuple
+from jobs.layouts import Layout
 
 from .errors import CatalogLayoutError, CatalogStoreError
 
 LAYOUT_VERSION = 1
 
-ROOT = Subspace(prefixes.CATALOG)
+LAYOUT = Layout("catalog", prefixes.CATALOG, LAYOUT_VERSION, key=("meta", "layout"), error=CatalogStoreError,
+                newer=CatalogLayoutError)
+ROOT = LAYOUT.space
 META = ROOT["meta"]
 DATABASES = ROOT["db"]
 TABLES = ROOT["table"]
@@ -55,7 +55,7 @@ STAGED_PARTITIONS = ROOT["part_staged"]
 TRASH = ROOT["trash"]
 WRITERS = ROOT["writer"]
 
-LAYOUT_KEY = META.pack(("layout",))
+LAYOUT_KEY = LAYOUT.key
 
 
 def database_key(db: str) -> bytes:
@@ -101,20 +101,3 @@ def read(tr, key: bytes) -> bytes | None:
     """The value at ``key`` (a conflicting read, unless ``tr`` is a snapshot), or None."""
     return value_of(tr.get(key))
 
-
-# --- layout version ------------------------------------------------------------------------
-
-_checked: "weakref.WeakSet[object]" = weakref.WeakSet()
-
-
-def check_layout(tr) -> None:
-    """Raise CatalogLayoutError if a newer release wrote the catalog.  Read once per
-    database handle (a snapshot read: adds no conflicts to the caller's transaction)."""
-    check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="catalog", corrupt=CatalogStoreError,
-                  newer=CatalogLayoutError, checked=_checked)
-
-
-def ensure_layout(tr) -> None:
-    """Write the layout version if the catalog has none yet (with its first database)."""
-    if read(tr, LAYOUT_KEY) is None:
-        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))

@@ -17,9 +17,10 @@ import orjson
 
 import jobs
 import jobs.aio
-from jobs import checks, prefixes
-from jobs.engine import Subspace, value_of
+from jobs import LayoutError, StoreError, checks, prefixes
+from jobs.engine import value_of
 from jobs.engine.transactional import run
+from jobs.layouts import Layout
 
 from . import behaviors
 from .errors import TaskFailed
@@ -27,7 +28,9 @@ from .errors import TaskFailed
 
 # ("processors", "submissions", type, job_id) -> nonce of the last submit that enqueued the
 # job under an explicit or unique id (16 bytes; one key per such id).
-SUBMISSIONS = Subspace(prefixes.SUBMISSIONS)
+# ("processors", "submissions", None, "layout") -> (LAYOUT.version,) tuple-packed
+LAYOUT = Layout("submissions", prefixes.SUBMISSIONS, 1, error=StoreError, newer=LayoutError)
+SUBMISSIONS = LAYOUT.space
 
 
 def task_id(type: str, params: dict | None) -> str:
@@ -64,8 +67,10 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
         # A retry after commit_unknown_result (1021) must not enqueue a second run, even if
         # the first already ran and finished meanwhile: the submission's nonce, written
         # with the add, tells whether an earlier attempt committed.
-        if given and value_of(tr.get(mark)) == nonce:
-            return
+        if given:
+            LAYOUT.check(tr)
+            if value_of(tr.get(mark)) == nonce:
+                return
         try:
             state = jobs.get_job_state(tr, type, job_id)
         except jobs.NotFound:
@@ -74,6 +79,7 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
             return  # a fresh random id exists only if our add committed; else join the task
         jobs.add(tr, type, job_id, params, scheduled_time=at)
         if given:
+            LAYOUT.upgrade(tr)
             tr.set(mark, nonce)
 
     run(db, body)

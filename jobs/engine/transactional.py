@@ -2,7 +2,9 @@
 
 Works with both engines: a *database* is anything with ``create_transaction()``; anything
 else is taken to be a transaction, which the function joins and does not commit (the FDB
-layer convention: ``tr`` first, never commit the caller's transaction).
+layer convention: ``tr`` first, never commit the caller's transaction).  A body that must
+recognise its own earlier commit behind ``commit_unknown_result`` keeps a
+:class:`LastAttempt`.
 """
 
 from __future__ import annotations
@@ -75,6 +77,40 @@ def within(tr, func, *args, **kwargs):
     if is_database(tr):
         return run(tr, func, *args, **kwargs)
     return func(tr, *args, **kwargs)
+
+
+class LastAttempt:
+    """What the last attempt of a retried transaction did (an id it drew, a record it
+    removed), kept across attempts, so that a retry after ``commit_unknown_result`` (1021)
+    can tell whether that attempt's commit happened instead of doing it again.
+
+    Create one per call, outside the transactional body.  The body records what it did
+    (:meth:`record`) and, first thing, asks :meth:`committed`, with the evidence the store
+    shows (its nonce found, the record gone), whether an earlier attempt's commit happened."""
+
+    __slots__ = ("_recorded", "_value")
+
+    def __init__(self):
+        self._recorded, self._value = False, None
+
+    def record(self, value):
+        """Remember ``value`` as what this attempt did (replacing an earlier attempt's,
+        which a later attempt has found not committed); returns it."""
+        self._recorded, self._value = True, value
+        return value
+
+    def committed(self, evidence=None):
+        """False if no attempt recorded anything; else ``evidence(value)``, truthy when the
+        store shows that attempt committed (the caller's answer is passed on, e.g. the
+        record it re-read); without ``evidence``, True: the caller already saw it."""
+        if not self._recorded:
+            return False
+        return True if evidence is None else evidence(self._value)
+
+    @property
+    def value(self):
+        """What the last attempt recorded (None before any did)."""
+        return self._value
 
 
 def transactional(func=None, *, parameter: str = "tr"):

@@ -6,6 +6,8 @@ import os
 import time
 from dataclasses import replace as _replace
 
+from jobs.engine.transactional import LastAttempt
+
 from .. import layout, schema
 from ..errors import DatabaseBusy, DatabaseExists, DatabaseNotEmpty, DatabaseNotFound, PartitionBusy
 from ..records import Database, decode_database, encode_database
@@ -38,7 +40,7 @@ def create_database(tr, name: str, *, location: str | None = None) -> Database:
             if old.id == new.id:
                 return old  # this call's own commit, behind commit_unknown_result
             raise DatabaseExists(f"database {name!r} already exists")
-        layout.ensure_layout(tr)
+        layout.LAYOUT.upgrade(tr)
         tr.set(layout.database_key(name), raw)
         return new
 
@@ -98,13 +100,13 @@ def drop_database(tr, name: str, *, cascade: bool = False) -> Database:
     staged) unless ``cascade``, which drops them too (their managed data goes to the trash).
     Returns the dropped Database.  Raises DatabaseNotFound."""
     schema.name(name, "database name")
-    dropped: list[Database] = []  # an attempt dropped it: its commit may have happened (1021)
+    dropped = LastAttempt()  # the database an attempt dropped: its commit may have happened (1021)
 
     def body(tr):
         db = database_record(tr, name)
         if db is None:
-            if dropped:
-                return dropped[0]
+            if dropped.committed():
+                return dropped.value
             raise DatabaseNotFound(f"database {name!r} does not exist")
         tables = table_records(tr, *layout.span(layout.TABLES, name), "table")
         tables += table_records(tr, *layout.span(layout.STAGED, name), "staged table")
@@ -116,7 +118,7 @@ def drop_database(tr, name: str, *, cascade: bool = False) -> Database:
         for space in (layout.TABLES, layout.STAGED, layout.PARTITIONS, layout.STAGED_PARTITIONS):
             tr.clear_range(*layout.span(space, name))
         trash_locations(tr, [t.location for t in tables if t.managed], f"database {name} dropped")
-        dropped[:] = [db]
+        dropped.record(db)
         return db
 
     return within_catalog(tr, body)

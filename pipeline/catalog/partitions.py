@@ -7,6 +7,7 @@ import time
 from dataclasses import replace as _replace
 
 from jobs.checks import ArgumentTypeError
+from jobs.engine.transactional import LastAttempt
 
 from .. import layout, schema
 from ..errors import LocationInUse, PartitionBusy, PartitionNotFound, TableNotFound
@@ -143,14 +144,14 @@ def publish_partitions(tr, table: Table, pids=None, *, tag: str | None = None) -
     table = table_arg(table)
     wanted = _pids(table, pids)
     tag = schema.token(tag, "tag")
-    done: list[list[Partition]] = []  # an attempt published: its commit may have happened (1021)
+    done = LastAttempt()  # what an attempt published: its commit may have happened (1021)
 
     def body(tr):
         version = live_version(tr, table)
         chosen = _select(partition_records(tr, table, staged=True), wanted, tag)
         missing = sorted(wanted - {p.pid for p in chosen}) if wanted is not None else []
-        if done and (missing or not chosen):
-            return done[0]  # this call's own commit, behind commit_unknown_result
+        if (missing or not chosen) and done.committed():
+            return done.value  # this call's own commit, behind commit_unknown_result
         if missing:
             by = "" if tag is None else f" by {tag!r}"
             raise PartitionNotFound(f"partitions {missing} of {table.qualified_name} have no data staged{by}")
@@ -167,7 +168,7 @@ def publish_partitions(tr, table: Table, pids=None, *, tag: str | None = None) -
             if version.managed and prev is not None and prev.location != part.location:
                 trash_locations(tr, [prev.location], f"partition {part.pid} of {table.qualified_name} replaced")
             published.append(new)
-        done[:] = [published]
+        done.record(published)
         return published
 
     return within_catalog(tr, body)
@@ -181,22 +182,22 @@ def discard_partitions(tr, table: Table, pids=None, *, tag: str | None = None) -
     table = table_arg(table)
     wanted = _pids(table, pids)
     tag = schema.token(tag, "tag")
-    done: list[list[Partition]] = []  # an attempt discarded: its commit may have happened (1021)
+    done = LastAttempt()  # what an attempt discarded: its commit may have happened (1021)
 
     def body(tr):
         try:
             version = live_version(tr, table)
         except TableNotFound:
-            return done[0] if done else []  # dropped or aborted: its staged data went with it
+            return done.value if done.committed() else []  # dropped or aborted: its staged data went with it
         chosen = _select(partition_records(tr, table, staged=True), wanted, tag)
-        if done and not chosen:
-            return done[0]
+        if not chosen and done.committed():
+            return done.value
         space = layout.partition_space(table.database, table.name, table.id, staged=True)
         for part in chosen:
             tr.clear(space.pack((part.pid,)))
         if version.managed:
             trash_locations(tr, [p.location for p in chosen], f"staged data of {table.qualified_name} discarded")
-        done[:] = [chosen]
+        done.record(chosen)
         return chosen
 
     return within_catalog(tr, body)

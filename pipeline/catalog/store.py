@@ -22,7 +22,7 @@ def within_catalog(tr, fn):
     the catalog layout is checked first either way."""
 
     def body(tr):
-        layout.check_layout(tr)
+        layout.LAYOUT.check(tr)
         return fn(tr)
 
     return within(tr, body)

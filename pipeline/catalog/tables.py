@@ -7,6 +7,7 @@ import time
 from dataclasses import replace as _replace
 
 from jobs.checks import ArgumentTypeError
+from jobs.engine.transactional import LastAttempt
 
 from .. import layout, schema
 from ..errors import PartitionBusy, TableExists, TableIncomplete, TableNotFound, TableStateError
@@ -267,17 +268,17 @@ def drop_table(tr, database: str, name: str) -> Table:
     Table.  Raises DatabaseNotFound, TableNotFound."""
     schema.name(database, "database name")
     schema.name(name, "table name")
-    dropped: list[Table] = []  # an attempt dropped it: its commit may have happened (1021)
+    dropped = LastAttempt()  # the table an attempt dropped: its commit may have happened (1021)
 
     def body(tr):
         table = committed_table(tr, database, name)
         if table is None:
-            if dropped:
-                return dropped[0]
+            if dropped.committed():
+                return dropped.value
             database_or_raise(tr, database)
             raise TableNotFound(f"table {database}.{name} does not exist")
         _clear_version(tr, table, f"table {database}.{name} dropped")
-        dropped[:] = [table]
+        dropped.record(table)
         return table
 
     return within_catalog(tr, body)

@@ -6,6 +6,7 @@ import time
 import uuid
 
 from jobs.checks import ArgumentTypeError
+from jobs.engine.transactional import LastAttempt
 
 from .. import catalog, schema
 from ..errors import TableNotFound
@@ -34,7 +35,7 @@ def register_database(tr, name: str, *, chunks: int, location: str | None = None
         if rec is not None and rec.get("nonce") == nonce:
             return catalog.get_database(tr, name)  # this call's commit, behind 1021
         db = catalog.create_database(tr, name, location=location)
-        layout.ensure_layout(tr)
+        layout.LAYOUT.upgrade(tr)
         tr.set(layout.database_key(name), encode({"chunks": chunks, "created": time.time(), "nonce": nonce}))
         return db
 
@@ -54,21 +55,24 @@ def register_table(tr, database: str, name: str, table_schema: list[dict], *,
         if match and match[0].type not in INT_TYPES:
             raise ValueError(f"chunk_column {chunk_column!r} is {match[0].type}: it must be an integer type "
                              f"({', '.join(INT_TYPES)})")
-    made: list[Table] = []
+    made = LastAttempt()  # the table an attempt created: its commit may have happened (1021)
+
+    def current(tr, table: Table) -> Table | None:
+        try:
+            stored = catalog.get_table(tr, database, name, published_only=False)
+        except TableNotFound:
+            return None
+        return stored if stored.id == table.id else None
 
     def body(tr):
-        if made:  # an attempt created it: its commit may have happened (1021)
-            try:
-                current = catalog.get_table(tr, database, name, published_only=False)
-                if current.id == made[0].id:
-                    return current
-            except TableNotFound:
-                pass
+        earlier = made.committed(lambda table: current(tr, table))
+        if earlier:
+            return earlier
         _db, chunks = state.unpublished(tr, database)
         state.refuse_open(tr, database, f"register table {name!r}")
         table = catalog.create_table(tr, database, name, table_schema, partition_by=chunk_column,
                                      partitions=chunks if chunk_column is not None else 1)
-        made[:] = [table]
+        made.record(table)
         return table
 
     return layout.run(tr, body)
@@ -82,17 +86,20 @@ def publish_database(tr, name: str) -> Database:
     not registered for ingest), DatabasePublished (already published), TransactionsOpen
     (some super-transaction of it is still STARTED, named)."""
     schema.name(name, "database name")
-    done: list[Database] = []
+    done = LastAttempt()  # an attempt published it: its commit may have happened (1021)
+
+    def published(tr) -> Database | None:
+        db = catalog.get_database(tr, name)
+        return db if db.published else None
 
     def body(tr):
-        if done:
-            db = catalog.get_database(tr, name)
-            if db.published:
-                return db  # this call's commit, behind 1021
+        earlier = done.committed(lambda _db: published(tr))
+        if earlier:
+            return earlier  # this call's commit, behind 1021
         state.unpublished(tr, name)
         state.refuse_open(tr, name, f"publish database {name!r}")
         db = catalog.publish_database(tr, name)
-        done[:] = [db]
+        done.record(db)
         return db
 
     return layout.run(tr, body)

@@ -19,28 +19,28 @@ Everything lives under the tuple prefix ``("ingest",)`` (``jobs.prefixes.INGEST`
 Data locations no longer needed go to the catalog's trash (``("catalog", "trash", ...)``)
 in the transaction that stops referencing them.
 
-``meta/layout`` is written with the first database registered for ingest and checked the
-first time a database handle is used (:func:`run`), so a store written by a newer release
-is refused (IngestStoreError) instead of misread.
+``meta/layout`` (:data:`LAYOUT`) is written with the first database registered for ingest
+and checked the first time a database handle is used (:func:`run`), so a store written by a
+newer release is refused (IngestStoreError) instead of misread.
 """
 
 from __future__ import annotations
 
 import struct
-import weakref
 
 from jobs import prefixes
-from jobs.engine import Subspace
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import within
-from jobs.layouts import check_version
+from jobs.layouts import Layout
 
 from ..errors import IngestStoreError
 from ..layout import read, span  # the catalog layout's helpers serve ingest's keys too
 
 LAYOUT_VERSION = 1
 
-ROOT = Subspace(prefixes.INGEST)
+LAYOUT = Layout("ingest", prefixes.INGEST, LAYOUT_VERSION, key=("meta", "layout"), error=IngestStoreError,
+                newer=IngestStoreError)
+ROOT = LAYOUT.space
 META = ROOT["meta"]
 DATABASES = ROOT["db"]
 TRANSACTIONS = ROOT["txn"]
@@ -52,29 +52,15 @@ PLACED = ROOT["placed"]
 LOADS = ROOT["load"]
 PIECES = ROOT["piece"]
 BUILDS = ROOT["build"]
-LAYOUT_KEY = META.pack(("layout",))
+LAYOUT_KEY = LAYOUT.key
 LAST_TID_KEY = ROOT.pack(("last_tid",))
-
-_checked: "weakref.WeakSet[object]" = weakref.WeakSet()
-
-
-def check_layout(tr) -> None:
-    """IngestStoreError if a newer release wrote the ingest keys (read once per handle)."""
-    check_version(tr, LAYOUT_KEY, LAYOUT_VERSION, what="ingest", corrupt=IngestStoreError,
-                  newer=IngestStoreError, checked=_checked)
-
-
-def ensure_layout(tr) -> None:
-    """Write the layout version if the store has none yet (with the first database)."""
-    if read(tr, LAYOUT_KEY) is None:
-        tr.set(LAYOUT_KEY, fdb_tuple.pack((LAYOUT_VERSION,)))
 
 
 def run(tr, fn):
     """``fn(tr)`` joining ``tr`` or in its own transaction, the ingest layout checked first."""
 
     def body(tr):
-        check_layout(tr)
+        LAYOUT.check(tr)
         return fn(tr)
 
     return within(tr, body)

@@ -10,7 +10,7 @@ import uuid
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import is_database
+from jobs.engine.transactional import LastAttempt, is_database
 
 from .. import catalog, schema
 from ..errors import IngestError, TableNotFound
@@ -27,13 +27,17 @@ def begin_transaction(tr, database: str) -> Transaction:
     (workers and their threads).  Raises DatabaseNotFound, DatabasePublished."""
     schema.name(database, "database name")
     nonce = uuid.uuid4().hex
-    drawn: list[int] = []  # the id an attempt took: its commit may have happened (1021)
+    drawn = LastAttempt()  # the id an attempt took: its commit may have happened (1021)
+
+    def ours(tr, tid: int) -> Transaction | None:
+        raw = layout.read(tr, layout.transaction_key(tid))
+        rec = None if raw is None else decode(raw, "transaction")
+        return transaction(rec) if rec is not None and rec.get("nonce") == nonce else None
 
     def body(tr):
-        if drawn:
-            raw = layout.read(tr, layout.transaction_key(drawn[0]))
-            if raw is not None and decode(raw, "transaction").get("nonce") == nonce:
-                return transaction(decode(raw, "transaction"))
+        earlier = drawn.committed(lambda tid: ours(tr, tid))
+        if earlier:
+            return earlier
         state.unpublished(tr, database)
         tid = layout.last_tid(tr) + 1
         hints = worker_hints(tr)
@@ -44,7 +48,7 @@ def begin_transaction(tr, database: str) -> Transaction:
         tr.set(layout.transaction_key(tid), encode(rec))
         tr.set(layout.open_key(database, tid), b"")
         catalog.open_writer(tr, database, state.tag(tid), f"super-transaction {tid}")  # holds off publishing
-        drawn[:] = [tid]
+        drawn.record(tid)
         return transaction(rec)
 
     return layout.run(tr, body)

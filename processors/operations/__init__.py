@@ -24,6 +24,7 @@ State, changed only by transactions with the seed's conditions (key layout)::
     ("ops", table, type, "next")                 -> next instance id (JSON int)
     ("ops", table, type, instance, "op")         -> JSON {state, arg, partitions, started, ended}
     ("ops", table, type, instance, "job", part)  -> JSON {state: success|failed, result, at}
+    ("ops", None, "layout")                      -> (LAYOUT.version,)  tuple-packed
 
 Operation states: running -> success | failed, or running -> cancelling -> cancelled.
 """

@@ -10,6 +10,7 @@ import jobs
 from jobs import JobsError, checks
 from jobs.codec import read_json
 from jobs.engine import wait_future
+from jobs.engine.transactional import LastAttempt
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.transactional import watch as watch_key
 from jobs.engine.transactional import within
@@ -18,6 +19,7 @@ from .handlers import COORDINATOR_RETRY, coordinator_handler, coordinator_lost, 
 from .kinds import Operation, check_hooks, compatible
 from .state import (
     FINAL,
+    LAYOUT,
     OPS,
     coordinator_type,
     dumps,
@@ -27,6 +29,7 @@ from .state import (
     partition_type,
     read_outcomes,
     run_key,
+    running,
     stop_jobs,
 )
 
@@ -111,13 +114,13 @@ class Operations:
         checks.name(table, "table")
         dumps(arg)  # not JSON: TypeError now, not in a worker
         nonce = uuid.uuid4().hex
-        drawn: list[int] = []  # the instance an attempt took: its commit may have happened (1021)
+        drawn = LastAttempt()  # the instance an attempt took: its commit may have happened (1021)
 
         def body(tr):
-            if drawn and (read_json(tr, op_key(table, type, drawn[0])) or {}).get("nonce") == nonce:
-                return drawn[0]  # an earlier attempt of this call committed
-            running = read_json(tr, run_key(table), [])
-            for other in running:
+            if drawn.committed(lambda i: (read_json(tr, op_key(table, type, i)) or {}).get("nonce") == nonce):
+                return drawn.value  # an earlier attempt of this call committed
+            others = running(tr, table)
+            for other in others:
                 if not compatible(op, other):
                     raise OperationRefused(
                         f"cannot start {type!r} on {table!r}: operation {other['type']!r} "
@@ -128,14 +131,15 @@ class Operations:
                 raise ValueError(f"table {table!r} has no partitions")
             next_key = OPS.pack((table, type, "next"))
             instance = read_json(tr, next_key, 1)
+            LAYOUT.upgrade(tr)
             tr.set(next_key, dumps(instance + 1))
-            drawn[:] = [instance]
+            drawn.record(instance)
             record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
                       "fail_fast": op.fail_fast, "nonce": nonce}
             tr.set(op_key(table, type, instance), dumps(record))
             entry = {"type": type, "instance": instance, "concurrent": op.concurrent,
                      "compatible_with": sorted(op.compatible_with)}
-            tr.set(run_key(table), dumps(running + [entry]))
+            tr.set(run_key(table), dumps(others + [entry]))
             declare_types(tr, op)
             for p in parts:
                 jobs.add(tr, partition_type(type), job_id(table, instance, p),
@@ -161,6 +165,7 @@ class Operations:
         return run_transaction(self.db, body)
 
     def _record(self, tr, table: str, type: str, instance: int) -> dict:
+        LAYOUT.check(tr)
         record = read_json(tr, op_key(table, type, instance))
         if record is None:
             raise OperationNotFound(f"no operation {type!r} #{instance} on table {table!r}")
@@ -192,7 +197,7 @@ class Operations:
 
     def running_operations(self, tr, table: str) -> list[dict]:
         """The table's running operations: [{type, instance, ...}] (the seed's runOps)."""
-        return within(tr, lambda tr: read_json(tr, run_key(table), []))
+        return within(tr, lambda tr: running(tr, table))
 
     def wait_operation(self, table: str, type: str, instance: int, timeout: float | None = None) -> OperationStatus:
         """Block until the operation completed (``timeout`` seconds at most: TimeoutError);

@@ -14,11 +14,13 @@ import time
 import orjson
 
 import jobs
-from jobs import prefixes
+from jobs import LayoutError, StoreError, prefixes
 from jobs.codec import read_json
 from jobs.engine import Subspace
+from jobs.layouts import Layout
 
-OPS = Subspace(prefixes.OPERATIONS)
+LAYOUT = Layout("operations", prefixes.OPERATIONS, 1, error=StoreError, newer=LayoutError)
+OPS = LAYOUT.space
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as recorded in job outcomes
 FINAL = ("success", "failed", "cancelled")
 
@@ -52,7 +54,14 @@ def coordinator_type(type: str) -> str:
     return f"op.{type}.complete"
 
 
+def running(tr, table: str) -> list[dict]:
+    """The table's running operations (the layout checked first)."""
+    LAYOUT.check(tr)
+    return read_json(tr, run_key(table), [])
+
+
 def read_outcomes(tr, table: str, type: str, instance: int) -> dict:
+    LAYOUT.check(tr)
     space = job_space(table, type, instance)
     r = space.range()
     return {space.unpack(kv.key)[0]: orjson.loads(bytes(kv.value)) for kv in tr.get_range(r.start, r.stop)}
