@@ -32,11 +32,12 @@ Operation states: running -> success | failed, or running -> cancelling -> cance
 from .handlers import COORDINATOR_RETRY
 from .kinds import JobContext, JobFailed, Operation
 from .manager import OperationNotFound, OperationRefused, Operations, OperationStatus
-from .state import FINAL, WORKER, coordinator_type, job_id, partition_type
+from .state import FINAL, LAYOUT, WORKER, coordinator_type, job_id, partition_type
 
 __all__ = [
     "COORDINATOR_RETRY",
     "FINAL",
+    "LAYOUT",
     "WORKER",
     "JobContext",
     "JobFailed",
