@@ -71,7 +71,6 @@ import orjson
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.codec import read_json
 from jobs.engine.transactional import is_database, run
 from processors.operations import JobFailed, Operation, Operations, OperationStatus
 
@@ -316,7 +315,7 @@ class CreateTableAs(Operation):
     # --- commit or abort -------------------------------------------------------------------
 
     def complete_operation(self, tr, arg, table, success, results):
-        done = read_json(tr, record_key(arg["id"], "outcome"))
+        done = read_record(tr, arg["id"], "outcome")
         if done is not None:
             return done["state"] == "committed"  # completed before: completion may run twice
         staged = staged_version(tr, table, arg)

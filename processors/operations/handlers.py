@@ -5,13 +5,12 @@ job's lock."""
 from __future__ import annotations
 
 import jobs
-from jobs.codec import read_json
 from jobs.engine.transactional import run as run_transaction
 
 from ..behaviors import Retry
 from ..context import Context
 from .kinds import JobContext, JobFailed, Operation
-from .state import WORKER, close, final_state, mark_job, mark_stuck, op_key, read_outcomes
+from .state import WORKER, close, final_state, mark_job, mark_stuck, read_outcomes, read_record
 
 # A coordinator whose completion code fails is retried until it succeeds (the operation
 # must complete), backing off up to a minute.
@@ -24,7 +23,7 @@ def job_handler(db, op: Operation):
 
     def handle(ctx: Context):
         table, instance, part = ctx.data["table"], ctx.data["instance"], ctx.data["partition"]
-        record = run_transaction(db, lambda tr: read_json(tr, op_key(table, op.type, instance)))
+        record = run_transaction(db, lambda tr: read_record(tr, table, op.type, instance))
         if record is None or record["state"] != "running":
             return {"skipped": None if record is None else record["state"]}
         # Which processors ran it, kept with the job (a re-run after a crash adds one):
@@ -58,7 +57,7 @@ def job_lost(db, op: Operation):
 
     def lost(ctx: Context, reason: str):
         table, instance, part = ctx.data["table"], ctx.data["instance"], ctx.data["partition"]
-        record = run_transaction(db, lambda tr: read_json(tr, op_key(table, op.type, instance)))
+        record = run_transaction(db, lambda tr: read_record(tr, table, op.type, instance))
         if record is None or record["state"] != "running":
             return
         ctx.on_commit(lambda tr: op.cancel_job_and_cleanup(tr, record["arg"], table, part))
@@ -76,7 +75,7 @@ def coordinator_handler(db, op: Operation):
         table, instance = ctx.data["table"], ctx.data["instance"]
 
         def look(tr):
-            record = read_json(tr, op_key(table, op.type, instance))
+            record = read_record(tr, table, op.type, instance)
             return record, final_state(record, read_outcomes(tr, table, op.type, instance))
 
         record, final = run_transaction(db, look)
@@ -106,7 +105,7 @@ def complete_in(tr, op: Operation, table: str, instance: int) -> None:
     """The coordinator's work, in the transaction that finishes its job: IF the operation
     is decided and not completed THEN clean up the partitions without an outcome (a cancel
     or a failure stopped their jobs), run its completion and record its final state."""
-    record = read_json(tr, op_key(table, op.type, instance))
+    record = read_record(tr, table, op.type, instance)
     outcomes = read_outcomes(tr, table, op.type, instance)
     final = final_state(record, outcomes)
     if final is None:

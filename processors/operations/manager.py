@@ -10,10 +10,9 @@ import jobs
 from jobs import JobsError, checks
 from jobs.codec import read_json
 from jobs.engine import wait_future
-from jobs.engine.transactional import LastAttempt
+from jobs.engine.transactional import LastAttempt, within
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.transactional import watch as watch_key
-from jobs.engine.transactional import within
 
 from .handlers import COORDINATOR_RETRY, coordinator_handler, coordinator_lost, job_handler, job_lost
 from .kinds import Operation, check_hooks, compatible
@@ -28,6 +27,7 @@ from .state import (
     op_key,
     partition_type,
     read_outcomes,
+    read_record,
     run_key,
     running,
     stop_jobs,
@@ -165,8 +165,7 @@ class Operations:
         return run_transaction(self.db, body)
 
     def _record(self, tr, table: str, type: str, instance: int) -> dict:
-        LAYOUT.check(tr)
-        record = read_json(tr, op_key(table, type, instance))
+        record = read_record(tr, table, type, instance)
         if record is None:
             raise OperationNotFound(f"no operation {type!r} #{instance} on table {table!r}")
         return record

@@ -54,6 +54,12 @@ def coordinator_type(type: str) -> str:
     return f"op.{type}.complete"
 
 
+def read_record(tr, table: str, type: str, instance: int) -> dict | None:
+    """An operation's record (None: no such instance), the layout checked first."""
+    LAYOUT.check(tr)
+    return read_json(tr, op_key(table, type, instance))
+
+
 def running(tr, table: str) -> list[dict]:
     """The table's running operations (the layout checked first)."""
     LAYOUT.check(tr)
@@ -81,7 +87,7 @@ def final_state(record: dict | None, outcomes: dict) -> str | None:
 
 def mark_stuck(tr, table: str, type: str, instance: int, reason: str) -> None:
     """IF the operation has not completed THEN record why its coordinator gave up."""
-    record = read_json(tr, op_key(table, type, instance))
+    record = read_record(tr, table, type, instance)
     if record is None or record["state"] in FINAL:
         return
     record["stuck"] = f"its coordinator failed: {reason}; cancel the operation to end it"
@@ -95,7 +101,7 @@ def enqueue_coordinator(tr, table: str, type: str, instance: int) -> None:
 def mark_job(tr, table: str, type: str, instance: int, part: str, success: bool, result, ran_on=()) -> None:
     """The seed's conditional invoke: IF the operation runs AND the job has no state THEN
     set it (and enqueue the coordinator when this was the last job, or a failure)."""
-    record = read_json(tr, op_key(table, type, instance))
+    record = read_record(tr, table, type, instance)
     key = job_space(table, type, instance).pack((part,))
     if record is None or record["state"] != "running" or tr.get(key).wait().present():
         return  # already completed elsewhere: ignore, as the seed says
@@ -124,7 +130,7 @@ def stop_jobs(tr, table: str, type: str, instance: int, record: dict) -> None:
 def close(tr, table: str, type: str, instance: int, final: str) -> None:
     """IF the operation is still running (or cancelling) THEN record its final state and
     take it off the table's running operations."""
-    record = read_json(tr, op_key(table, type, instance))
+    record = read_record(tr, table, type, instance)
     if record is None or record["state"] in FINAL:
         return
     record["state"], record["ended"] = final, time.time()
