@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from .checks import ArgumentTypeError
+
 DEFAULT_TZ = "UTC"
 _TINY = timedelta(microseconds=1)
 
@@ -31,8 +33,9 @@ class Cron:
     zone: ZoneInfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if not isinstance(self.expression, str) or not isinstance(self.tz, str):
-            raise TypeError("a cron expression and its time zone are strs")
+        for what, value in (("cron expression", self.expression), ("time zone", self.tz)):
+            if not isinstance(value, str):
+                raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
         object.__setattr__(self, "expression", " ".join(self.expression.split()))
         object.__setattr__(self, "zone", _zone(self.tz))
         try:

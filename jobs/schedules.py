@@ -142,6 +142,7 @@ def enqueue_due(tr, types: list[str]) -> list[tuple[str, float]]:
             if tick is None or tick <= last:
                 continue
             _put(tr, type, cron, tick)
+            # due by the schedules' clock; min(): due by the queue's (time.time) as well
             _make_pending(tr, type, min(tick, time.time()))
             enqueued.append((type, tick))
         return enqueued

@@ -22,6 +22,7 @@ from test_schedules import T0, clock, utc  # noqa: F401 - the clock fixture
 from waiting import running, wait_until
 
 EVERY_5 = "*/5 * * * *"
+lock = threading.Lock()  # (the handlers of several processors append to one list)
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +40,6 @@ def cron_processor(db, runs: list, name: str = "p", cron: str | None = EVERY_5, 
         return {"by": name}
 
     return p
-
-
-lock = threading.Lock()
 
 
 def runs_recorded(db) -> int:
