@@ -27,7 +27,7 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
-from . import activity, failed as failed_index, keys, pending, type_timeouts
+from . import activity, failed as failed_index, keys, pending, schedules as schedules_mod, type_timeouts
 from .engine import strinc
 from .engine.transactional import run
 
@@ -83,6 +83,7 @@ class Status:
     now: float
     versions: str  # what ``behind`` counts: "commits" (embedded) or "versions" (FoundationDB)
     types: list[TypeStatus]
+    schedules: list[schedules_mod.Schedule] = field(default_factory=list)  # cron schedules, by type
 
 
 def versions_are_time(db) -> bool:
@@ -101,7 +102,7 @@ def gather(db, limit: int = 10, now: float | None = None) -> Status:
     now = time.time() if now is None else now
     timed = versions_are_time(db)
     types = [_type_status(db, t, now, limit, timed) for t in run(db, job_types)]
-    return Status(now, "versions" if timed else "commits", types)
+    return Status(now, "versions" if timed else "commits", types, schedules_mod.get_schedules(db))
 
 
 def job_types(tr) -> list[str]:

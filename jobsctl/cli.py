@@ -24,7 +24,8 @@ from jobs.engine.urls import ENV_VAR
 
 from .arguments import attach_past_times, count, grace, parse_time, target
 from .commands import (
-    cmd_add, cmd_discard, cmd_gc, cmd_list, cmd_remove, cmd_retry, cmd_set_timeout, cmd_show, cmd_status, cmd_types,
+    cmd_add, cmd_discard, cmd_gc, cmd_list, cmd_remove, cmd_retry, cmd_schedules, cmd_set_timeout, cmd_show,
+    cmd_status, cmd_types,
 )
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
@@ -92,6 +93,9 @@ def _add_type_commands(command) -> None:
     p.add_argument("--limit", metavar="N", type=functools.partial(count, least=0), default=10,
                    help="running jobs (least recently active first) and failures (most recent first) "
                         "listed per type (default 10)")
+    p = command("schedules", cmd_schedules, "cron schedules: type, expression, zone, last and next tick")
+    p.add_argument("--clear", metavar="TYPE", help="stop scheduling TYPE (until a processor with a cron "
+                                                   "handler for it starts)")
 
 
 def _add_service_commands(command) -> None:

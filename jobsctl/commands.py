@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import status as status_mod
+from jobs import schedules, status as status_mod
 from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction
 
@@ -111,6 +111,17 @@ def cmd_set_timeout(args):
 def cmd_status(args):
     with open_store(args, create=False) as db:
         return status_mod.gather(db, limit=args.limit)
+
+
+def cmd_schedules(args):
+    """``jobs schedules``: the cron schedules; ``--clear TYPE`` drops one (a processor with
+    a cron handler for TYPE writes it again as it starts)."""
+    with open_store(args, create=False) as db:
+        if args.clear is not None:
+            if not schedules.clear_schedule(db, args.clear):
+                raise jobs.NotFound(f"type {args.clear!r} has no cron schedule")
+            return {"cleared": args.clear}
+        return [vars(s) for s in schedules.get_schedules(db)]
 
 
 def cmd_gc(args):

@@ -131,10 +131,25 @@ def human_status(st: status_mod.Status) -> str:
     if failures:
         out.append("recent failures, per type ('jobs list --failed' lists them all):\n"
                    + table(["TYPE", "ID", "FAILED", "LAST ERROR"], failures))
+    if st.schedules:
+        out.append("cron schedules ('jobs schedules' tells more):\n" + table(
+            ["TYPE", "CRON", "NEXT TICK"], [[s.type, f"{s.expression} ({s.tz})", tick(s.next, st.now)]
+                                            for s in st.schedules]))
     notes = []
     if st.versions == "commits":
         notes.append("embedded engine: the store records activity as commit versions, not times")
     return "\n\n".join(out + ["\n".join(f"({n})" for n in notes)] if notes else out)
+
+
+def tick(t: float | None, now: float) -> str:
+    """A cron tick; one in the past is due and waits for a processor of its type."""
+    return "never" if t is None else when(t, now) + (" (due)" if t <= now else "")
+
+
+def human_schedules(docs: list[dict]) -> str:
+    now = time.time()
+    rows = [[d["type"], d["expression"], d["tz"], when(d["last"], now), tick(d["next"], now)] for d in docs]
+    return table(["TYPE", "CRON", "TZ", "LAST TICK (OR SET)", "NEXT TICK"], rows) if rows else "(no cron schedules)"
 
 
 def human_failed(docs: list[dict]) -> str:
@@ -161,6 +176,8 @@ HUMAN = {
     if docs else "(no job types)",
     "set-timeout": lambda d: f"{d['type']}: timeout {seconds(d['timeout'])}",
     "status": human_status,
+    "schedules": lambda d: (printable(f"cleared the schedule of {d['cleared']}") if isinstance(d, dict)
+                            else human_schedules(d)),
     "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",
     "gc": lambda d: "\n".join([*(printable(loc) for loc in d["deleted"]),
                                 f"deleted {len(d['deleted'])} location(s) trashed more than {d['grace']:g}s ago; "

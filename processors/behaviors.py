@@ -95,26 +95,28 @@ class Outcome:
     failed: str = ""
 
 
-def after_success(data: dict, result: dict | None, every: float | None) -> Outcome:
+def after_success(data: dict, result: dict | None, every: float | None, cron: bool = False) -> Outcome:
     """A run returned ``result``: it becomes the job's data (None keeps the data); a
-    recurring job keeps its params, with the result noted, and runs again ``every`` s on."""
-    if every is None:
+    recurring job keeps its params, with the result noted, and runs again ``every`` s on
+    (a ``cron`` one at its next tick, which its schedule enqueues)."""
+    if every is None and not cron:
         return Outcome(result)
     params, task = split(data)
-    return Outcome(_recurring(params, task, {"last_result": result}), time.time() + every)
+    return Outcome(_recurring(params, task, {"last_result": result}), _again(every))
 
 
-def after_failure(data: dict, exc: BaseException, retry: Retry, every: float | None) -> Outcome:
+def after_failure(data: dict, exc: BaseException, retry: Retry, every: float | None, cron: bool = False) -> Outcome:
     """A run raised ``exc``: retried after a backoff while attempts are left; else finished
-    with the error recorded (a recurring job runs again at its next time instead)."""
+    with the error recorded (a recurring job runs again at its next time instead: ``every``
+    s on, or a ``cron`` one at its next tick)."""
     params, task = split(data)
     attempts = int(task.get("attempts", 0)) + 1
     error = error_info(exc)
     if attempts < retry.max_attempts:
         task = {**task, "attempts": attempts, "last_error": error}
         return Outcome({**params, TASK_KEY: task}, time.time() + retry.delay(attempts))
-    if every is not None:
-        return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), time.time() + every)
+    if every is not None or cron:
+        return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), _again(every))
     return Outcome({**params, TASK_KEY: {**task, "attempts": attempts, "last_error": error, "failed": True}},
                    failed=f"{error['type']}: {error['message']}".splitlines()[0])
 
@@ -135,6 +137,12 @@ def retried(data: dict) -> dict:
     params, task = split(data)
     keep = {k: task[k] for k in ("runs", "last_run") if k in task}
     return {**params, TASK_KEY: keep} if keep else params
+
+
+def _again(every: float | None) -> float | None:
+    """When a recurring job runs again: ``every`` s on; None for a cron job (its schedule
+    enqueues its next tick)."""
+    return None if every is None else time.time() + every
 
 
 def _recurring(params: dict, task: dict, outcome: dict) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobs.cron import Cron
+
 from . import behaviors
 
 MAX_LOST = 3  # lost workers after which a job is failed rather than run again (a poison job)
@@ -22,3 +24,4 @@ class Handler:
     is_async: bool
     max_lost: int = MAX_LOST
     on_lost: object = None  # fn(ctx, reason) run instead of the handler once max_lost is reached
+    cron: Cron | None = None  # run at each tick of this schedule (jobs/schedules.py)

@@ -47,7 +47,7 @@ class Outcomes:
         if error is None:
             error = _bad_result(result)
         if error is None:
-            outcome = behaviors.after_success(run.job.data, result, handler.every)
+            outcome = behaviors.after_success(run.job.data, result, handler.every, handler.cron is not None)
             try:
                 encode_data(outcome.data)  # a bad result fails the run, before any write
             except jobs.JobDataError as exc:
@@ -73,7 +73,8 @@ class Outcomes:
         except Exception:  # noqa: BLE001 - the job fails all the same; its writes are dropped
             log.exception("job %s/%s: on_lost failed", run.job.type, run.job.id)
             hooks = []
-        outcome = behaviors.after_failure(run.job.data, error, behaviors.LAST_ATTEMPT, handler.every)
+        outcome = behaviors.after_failure(run.job.data, error, behaviors.LAST_ATTEMPT, handler.every,
+                                           handler.cron is not None)
         try:
             written = self._write(run, outcome, hooks)
         except _HookFailed:  # the job fails all the same, without on_lost's writes
@@ -103,7 +104,7 @@ class Outcomes:
     def _failure(self, run: Run, handler: Handler, error: BaseException) -> behaviors.Outcome:
         log.warning("job %s/%s failed: %s: %s", run.job.type, run.job.id, type(error).__name__, error,
                     exc_info=(type(error), error, error.__traceback__))
-        return behaviors.after_failure(run.job.data, error, handler.retry, handler.every)
+        return behaviors.after_failure(run.job.data, error, handler.retry, handler.every, handler.cron is not None)
 
     def _write(self, run: Run, outcome: behaviors.Outcome, hooks: list = ()) -> bool:
         """Finish the job (and resubmit it for ``again_at``) in one transaction, with the
@@ -150,4 +151,5 @@ def _kind(error: BaseException | None, outcome: behaviors.Outcome, handler: Hand
     """The stat an outcome counts as once written."""
     if error is None:
         return "succeeded"
-    return "retried" if outcome.again_at is not None and handler.every is None else "failed"
+    recurring = handler.every is not None or handler.cron is not None
+    return "retried" if outcome.again_at is not None and not recurring else "failed"

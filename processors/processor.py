@@ -45,7 +45,8 @@ import anyio.lowlevel
 import anyio.to_thread
 
 import jobs
-from jobs import checks
+from jobs import checks, schedules
+from jobs.cron import DEFAULT_TZ, Cron
 from jobs.engine.transactional import run as run_transaction
 from monitor import ActivityMonitor
 
@@ -62,6 +63,7 @@ from .submit import TaskFuture, submit
 log = logging.getLogger("processors")
 
 PREFETCH = 32  # most jobs accepted in one transaction (see feed.py)
+CRON_POLL = 1.0  # seconds between two looks for due cron ticks (each a read-only transaction)
 
 # Also named here, where they were first; each is read in the module that defines it
 # (handlers, holding, shutdown), so that is the module to patch.
@@ -101,7 +103,8 @@ class Processor:
     # --- registration --------------------------------------------------------------------
 
     def handler(self, type: str, *, timeout: float | None = None, retry=None, every: float | None = None,
-                interrupt: bool = True, max_lost: int = MAX_LOST, on_lost=None):
+                interrupt: bool = True, max_lost: int = MAX_LOST, on_lost=None, cron: str | None = None,
+                tz: str | None = None):
         """Register the decorated function (sync or async; it gets a Context) for jobs of
         ``type``.  ``timeout``: the type timeout in seconds, set in the store when the
         processor starts (None: use the one already set).  ``retry``: a Retry or a number
@@ -112,7 +115,10 @@ class Processor:
         activity monitor counts them) is not run again but finished failed, as after its
         last attempt, with ``worker lost N times; last worker HOST/PID at TIME``;
         ``on_lost(ctx, reason)``, if given, runs then instead of the handler (sync, on a
-        lane; its ``ctx.on_commit`` writes commit with the failed finish)."""
+        lane; its ``ctx.on_commit`` writes commit with the failed finish).  ``cron``: run the
+        type's job ``jobs.schedules.JOB_ID`` at each tick of this cron expression in IANA
+        zone ``tz`` (default UTC), each tick once however many processors run (the schedule
+        is written to the store when the processor starts: see ``jobs/schedules.py``)."""
         checks.name(type, "type")
         if type in self._handlers:
             raise ValueError(f"a handler for type {type!r} is already registered")
@@ -120,6 +126,7 @@ class Processor:
         if timeout == 0:
             raise ValueError("timeout must be more than 0 seconds")
         every = checks.optional_seconds(every, "every")
+        schedule = _cron(cron, tz, every)
         retry = behaviors.as_retry(retry)
         if isinstance(max_lost, bool) or not isinstance(max_lost, int) or max_lost < 1:
             raise ValueError(f"max_lost must be an int >= 1, not {max_lost!r}")
@@ -131,7 +138,7 @@ class Processor:
                 raise TypeError(f"handler for {type!r} must be callable")
             is_async = inspect.iscoroutinefunction(fn)
             self._handlers[type] = Handler(type, fn, timeout, retry, every, bool(interrupt), is_async, max_lost,
-                                           on_lost)
+                                           on_lost, schedule)
             self._declared = False
             return fn
 
@@ -213,7 +220,7 @@ class Processor:
                     tg.start_soon(ActivityMonitor(self.db, self.types).serve)
                 tg.start_soon(heartbeats, self._held, self._refresh_timeouts)
                 tg.start_soon(watch_lost, self.db, self._held)
-                for seconds, fn, stop in self._periodic:
+                for seconds, fn, stop in self._duties():
                     tg.start_soon(self._run_periodic, seconds, fn, stop)
                 await self._supervise(concurrency)
                 tg.cancel_scope.cancel()
@@ -225,9 +232,26 @@ class Processor:
             self._feed = None
 
     def _prepare(self) -> None:
-        """Set the declared type timeouts; every type must have one."""
+        """Set the declared type timeouts (every type must have one), then the schedules."""
         self._declare_timeouts()
         self._refresh_timeouts()
+        run_transaction(self.db, self._declare_schedules)
+
+    def _declare_schedules(self, tr) -> None:
+        """Write each cron handler's schedule; drop the schedule of a type whose handler has
+        none now (an expression changed or removed takes effect as the processor starts)."""
+        for h in self._handlers.values():
+            if h.cron is None:
+                schedules.clear_schedule(tr, h.type)
+            else:
+                schedules.set_schedule(tr, h.type, h.cron.expression, h.cron.tz)
+
+    def _duties(self) -> list[tuple[float, object, object]]:
+        """periodic() duties, and enqueueing the due ticks of the cron types."""
+        timed = [h.type for h in self._handlers.values() if h.cron is not None]
+        if not timed:
+            return list(self._periodic)
+        return [*self._periodic, (CRON_POLL, lambda: schedules.enqueue_due(self.db, timed), None)]
 
     def _declare_timeouts(self) -> None:
         def body(tr):
@@ -300,6 +324,17 @@ class Processor:
                         await anyio.to_thread.run_sync(stop)
                     except Exception:  # noqa: BLE001 - stopping goes on
                         log.exception("stopping periodic %r failed", fn)
+
+
+def _cron(cron: str | None, tz: str | None, every: float | None) -> Cron | None:
+    """``cron=`` and ``tz=`` of a handler, checked (ValueError names what is wrong)."""
+    if cron is None:
+        if tz is not None:
+            raise ValueError("tz= is the time zone of a cron= schedule: give cron= too")
+        return None
+    if every is not None:
+        raise ValueError("cron= and every= both say when a job runs again: give one of them")
+    return Cron(cron, DEFAULT_TZ if tz is None else tz)
 
 
 def _sole(group: BaseExceptionGroup) -> BaseException:
