@@ -34,7 +34,8 @@ release is refused instead of misread.  Layout 2 added the row's Worker and Lost
 the ``failed`` and ``lost`` subspaces; it reads every layout-1 store as it is, and raises
 the stored version to 2 in the first transaction that writes a row or key a layout-1
 release could not read (:func:`upgrade_layout`), so that such a release then refuses the
-store.  ``meta/store_id`` is written with the first type timeout and travels in every
+store; layout 3 does the same with its band keys and rows that carry a priority.
+``meta/store_id`` is written with the first type timeout and travels in every
 ``Job``, so a Job used against another store is detected.
 """
 
