@@ -181,7 +181,7 @@ def _pack_int(value: int) -> bytes:
     return fdb_tuple.pack((value,))
 
 
-def _read_int(raw: bytes, pos: int) -> tuple[int, int] | None:
+def read_int(raw: bytes, pos: int) -> tuple[int, int] | None:
     """The int whose code is at ``pos`` (up to 8 bytes) and the position after it."""
     n = raw[pos] - _ZERO
     body = raw[pos + 1:pos + 1 + abs(n)]
@@ -226,7 +226,7 @@ def _unpack_row(raw: bytes) -> tuple | None:
             fields.append(code == 0x27)
             pos += 1
         elif _ZERO - 8 <= code <= _ZERO + 8:
-            read = _read_int(raw, pos)
+            read = read_int(raw, pos)
             if read is None:
                 return None
             value, pos = read

@@ -46,7 +46,7 @@ import uuid
 import weakref
 
 from . import prefixes
-from .codec import pack_double, pack_str
+from .codec import pack_double, pack_str, read_int
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
@@ -116,6 +116,15 @@ def band_prefix(type: str, priority: int | None, stime: float | None = None) -> 
     if priority is LEGACY:
         return _prefix(PENDING, type) + (_FLOAT_CODE if stime is None else pack_double(float(stime)))
     return _band(type, priority) + (b"" if stime is None else pack_double(float(stime)))
+
+
+def band_of(type: str, key: bytes) -> int | None:
+    """The priority of a pending key of ``type`` (LEGACY for a legacy entry), read without
+    unpacking the whole key: accept reads it for every band it looks at."""
+    pos = len(_prefix(PENDING, type))
+    if key[pos:pos + 1] == _FLOAT_CODE:
+        return LEGACY
+    return read_int(key, pos)[0]
 
 
 def pending_entry(key: bytes) -> tuple[int | None, float, str]:

@@ -71,7 +71,7 @@ def bands(tr, type: str, window: int = 1):
     begin, end = keys.pending_prefix(type), strinc(keys.pending_prefix(type))
     legacy_seen = False
     while head := _read(tr, begin, end, window):
-        priority = keys.pending_entry(head[0])[0]
+        priority = keys.band_of(type, head[0])
         if priority is keys.LEGACY:  # every key from here on is legacy
             if not legacy_seen:
                 yield keys.LEGACY, head
