@@ -9,7 +9,7 @@
 See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data model and
 ``jobs.aio`` for async twins.  Beyond couch_jobs' API: ``release`` hands a running job back
 to pending at once (a worker shutting down); ``accept_many`` takes a batch of jobs in one
-transaction.
+transaction; ``add(..., priority=N)`` puts a job in a priority band (lower runs first).
 """
 
 from .subscriptions import subscribe, unsubscribe, wait

@@ -123,7 +123,7 @@ class AcceptCall:
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
             # Lost kept: the count belongs to the run, whichever worker takes it next.
             rows.put_running(tr, self.type, job_id,
-                             Row(None, self.lock, row.stime, False, row.data, None, worker, row.lost))
+                             Row(None, self.lock, row.stime, False, row.data, None, worker, row.lost, row.priority))
             taken.append((job_id, row))
         if not taken:
             return None

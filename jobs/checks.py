@@ -68,6 +68,18 @@ def scheduled_time(value, what: str = "scheduled_time") -> float:
     return value
 
 
+PRIORITY_LIMIT = 1 << 63  # priorities are 64-bit signed ints
+
+
+def priority(value, what: str = "priority") -> int:
+    """A job priority: an int (not bool) in the 64-bit signed range; lower runs first."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{what} must be an int (lower runs first), not {type(value).__name__}")
+    if not -PRIORITY_LIMIT <= value < PRIORITY_LIMIT:
+        raise ValueError(f"{what} must fit in 64 signed bits (-2**63 to 2**63 - 1), not {value}")
+    return value
+
+
 def optional_seconds(value, what: str) -> float | None:
     """None, or seconds where infinity also means None (no bound)."""
     if value is None:

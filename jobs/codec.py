@@ -1,7 +1,7 @@
 """Encoding of job rows and job data.
 
-A row is the tuple ``(Seq, Lock, STime, Resubmit, Data, LastLock, Worker, Lost)``,
-couch_jobs' five fields plus three:
+A row is the tuple ``(Seq, Lock, STime, Resubmit, Data, LastLock, Worker, Lost, Priority)``,
+couch_jobs' five fields plus four:
 
 * ``Seq``: None while pending; the versionstamp of the job's last activity while running,
   kept when it finishes.  State: Lock set -> running; else Seq None -> pending; else
@@ -18,13 +18,17 @@ couch_jobs' five fields plus three:
   because its worker stopped heartbeating, since its current run began (a creator's add or
   resubmit, or a finish that made it pending again, starts a new run), the last lost
   worker and when (the monitor's wall clock) (layout 2).
+* ``Priority``: the job's priority, an int, lower first (layout 3): kept in the row so
+  that every re-enqueue (release, the monitor, a resubmission) puts the job back in its band.
 
-Rows are written with six fields while Worker and Lost are both None, and read with five
-(as couch_jobs writes them), six (layout 1) or eight: missing fields read as None.
+Rows are written with six fields while Worker and Lost are both None and Priority is 0,
+with eight while Priority is 0, and read with five (as couch_jobs writes them), six
+(layout 1), eight (layout 2) or nine: missing fields read as None (Priority as 0).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -59,6 +63,7 @@ class Row:
     last_lock: bytes | None = None
     worker: str | None = None
     lost: Lost | None = None
+    priority: int = 0
 
     @property
     def state(self) -> str:
@@ -91,7 +96,7 @@ def decode_row(raw: bytes, where: str = "a job row") -> Row:
         if row.lost is not None:
             row = _with_lost(row)
         ok = isinstance(row.stime, float) and isinstance(row.data, bytes)
-        ok = ok and (row.worker is None or isinstance(row.worker, str))
+        ok = ok and (row.worker is None or isinstance(row.worker, str)) and type(row.priority) is int
     except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
         raise StoreError(f"{where} is corrupt: {exc}") from exc
     if not ok:
@@ -104,12 +109,16 @@ def _with_lost(row: Row) -> Row:
     count, worker, at = row.lost
     if not (type(count) is int and (worker is None or isinstance(worker, str)) and isinstance(at, float)):
         raise ValueError(f"bad lost-worker field {row.lost!r:.100}")
-    return Row(row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock, row.worker, Lost(*row.lost))
+    return Row(row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock, row.worker, Lost(*row.lost),
+               row.priority)
 
 
 def fields_of(row: Row) -> tuple:
-    """The tuple the row is stored as: six fields unless Worker or Lost is set."""
+    """The tuple the row is stored as: six fields unless Worker or Lost is set, nine when
+    Priority is not 0."""
     head = (row.lock, row.stime, row.resubmit, row.data, row.last_lock)
+    if row.priority:
+        return (*head, row.worker, row.lost, row.priority)
     return head if row.worker is None and row.lost is None else (*head, row.worker, row.lost)
 
 
@@ -120,6 +129,7 @@ def fields_of(row: Row) -> tuple:
 # whose worker was lost) takes the tuple layer both ways.
 
 _NONE, _BYTES, _STR, _DOUBLE, _FALSE, _TRUE, _STAMP = b"\x00", 0x01, 0x02, 0x21, b"\x26", b"\x27", 0x33
+_ZERO = 0x14  # the int 0; ints of n bytes (n <= 8) have codes 0x14 +- n
 _DOUBLE_BE = struct.Struct(">d")
 _STAMP_AT_1 = struct.pack("<L", 1)
 
@@ -145,6 +155,7 @@ def _pack_row(seq, row: Row) -> bytes:
     """The row's tuple bytes with ``seq`` (complete, incomplete or None) as its Seq."""
     head = _NONE if seq is None else pack_versionstamp(seq)
     fast = isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool
+    fast = fast and type(row.priority) is int
     if not fast or row.lost is not None or not (row.worker is None or isinstance(row.worker, str)):
         return head + fdb_tuple.pack(fields_of(row))  # a tuple's bytes: its elements' in a row
     return b"".join((
@@ -154,8 +165,30 @@ def _pack_row(seq, row: Row) -> bytes:
         _TRUE if row.resubmit else _FALSE,
         _pack_bytes(row.data),
         _NONE if row.last_lock is None else _pack_bytes(row.last_lock),
-        b"" if row.worker is None else pack_str(row.worker) + _NONE,  # Worker, and Lost None
+        _tail(row.worker, row.priority),
     ))
+
+
+def _tail(worker: str | None, priority: int) -> bytes:
+    """Worker, Lost (None) and Priority, as far as they are not their defaults."""
+    if priority:
+        return (_NONE if worker is None else pack_str(worker)) + _NONE + _pack_int(priority)
+    return b"" if worker is None else pack_str(worker) + _NONE
+
+
+@functools.lru_cache(maxsize=1024)
+def _pack_int(value: int) -> bytes:
+    return fdb_tuple.pack((value,))
+
+
+def read_int(raw: bytes, pos: int) -> tuple[int, int] | None:
+    """The int whose code is at ``pos`` (up to 8 bytes) and the position after it."""
+    n = raw[pos] - _ZERO
+    body = raw[pos + 1:pos + 1 + abs(n)]
+    if len(body) != abs(n):
+        return None
+    value = int.from_bytes(body, "big")
+    return (value if n >= 0 else value - (1 << (8 * -n)) + 1), pos + 1 + abs(n)
 
 
 def _read_bytes(raw: bytes, pos: int) -> tuple[bytes, int]:
@@ -167,7 +200,7 @@ def _read_bytes(raw: bytes, pos: int) -> tuple[bytes, int]:
 
 
 def _unpack_row(raw: bytes) -> tuple | None:
-    """The fields of a row in the usual shape (six, or eight without Lost), else None (left
+    """The fields of a row in the usual shape (six, or eight or nine without Lost), else None (left
     to the tuple layer)."""
     fields = []
     pos, n = 0, len(raw)
@@ -192,6 +225,12 @@ def _unpack_row(raw: bytes) -> tuple | None:
         elif code in (0x26, 0x27):
             fields.append(code == 0x27)
             pos += 1
+        elif _ZERO - 8 <= code <= _ZERO + 8:
+            read = read_int(raw, pos)
+            if read is None:
+                return None
+            value, pos = read
+            fields.append(value)
         elif code == _STAMP:
             if n < pos + 13:
                 return None
@@ -199,7 +238,7 @@ def _unpack_row(raw: bytes) -> tuple | None:
             pos += 13
         else:
             return None
-    return tuple(fields) if len(fields) in (6, 8) else None
+    return tuple(fields) if len(fields) in (6, 8, 9) else None
 
 
 # --- job data ----------------------------------------------------------------------------

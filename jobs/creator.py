@@ -11,23 +11,29 @@ from .engine.transactional import LastAttempt
 from .errors import NoTypeTimeout
 
 
-def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0) -> None:
-    """Add a job, or re-add an existing one (couch_jobs' rules):
+def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0,
+        priority: int = 0) -> None:
+    """Add a job, or re-add an existing one (couch_jobs' rules; the priority goes with the
+    scheduled time):
 
     * new: pending at ``scheduled_time`` (seconds since the epoch; 0: as soon as possible)
-      with ``data`` (None: ``{}``);
-    * pending at the same time: nothing is written (the data is not replaced either);
-    * pending at another time: time and data replaced;
-    * running: flagged to run again at ``scheduled_time`` when it finishes (data ignored);
+      with ``data`` (None: ``{}``), in band ``priority`` (an int, negatives allowed: accept
+      takes due jobs of the lowest priority first, then by scheduled time);
+    * pending at the same time and priority: nothing is written (nor the data replaced);
+    * pending at another time or priority: time, priority and data replaced;
+    * running: flagged to run again at ``scheduled_time`` with ``priority`` when it
+      finishes (data ignored);
     * finished: pending again with the new data.
 
     Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data;
-    ValueError when type or id contains control characters or ``scheduled_time`` is not a
-    time a view can show as a date (negative, NaN, from the year 9999 on)."""
+    ValueError when type or id contains control characters, ``scheduled_time`` is not a
+    time a view can show as a date (negative, NaN, from the year 9999 on) or ``priority``
+    is not an int of 64 bits (a bool neither)."""
     checks.name(type, "type", new=True)
     checks.name(job_id, "job id", new=True)
     keys.check_key_sizes(type, job_id)
     stime = checks.scheduled_time(scheduled_time)
+    priority = checks.priority(priority)
     raw = encode_data(data)
 
     def body(tr):
@@ -37,16 +43,16 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
             )
         row = rows.get(tr, type, job_id)
         state = None if row is None else row.state
-        if state == "pending" and row.stime == stime:
+        if state == "pending" and (row.stime, row.priority) == (stime, priority):
             return
         if state == "running":
-            rows.put(tr, type, job_id, replace(row, stime=stime, resubmit=True))
+            rows.put(tr, type, job_id, replace(row, stime=stime, priority=priority, resubmit=True))
             return
         if state == "pending":
-            pending.remove(tr, type, row.stime, job_id)
+            pending.remove(tr, type, row.priority, row.stime, job_id)
         elif state == "finished":
             failed_index.unmark(tr, type, job_id)
-        rows.make_pending(tr, type, job_id, stime, raw)
+        rows.make_pending(tr, type, job_id, stime, raw, priority=priority)
 
     within_store(tr, body)
 
@@ -66,7 +72,7 @@ def remove(tr, type: str, job_id: str) -> None:
             raise not_found(type, job_id)
         found.record(True)
         if row.state == "pending":
-            pending.remove(tr, type, row.stime, job_id)
+            pending.remove(tr, type, row.priority, row.stime, job_id)
         elif row.state == "finished":
             failed_index.unmark(tr, type, job_id)
         rows.clear_activity(tr, type, row)

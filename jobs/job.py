@@ -29,13 +29,15 @@ class Job:
 
 class JobInfo(NamedTuple):
     """A job as ``get_job``/``get_jobs`` see it (state "pending", "running" or "finished";
-    ``scheduled_time`` in seconds since the epoch, 0 for as soon as possible)."""
+    ``scheduled_time`` in seconds since the epoch, 0 for as soon as possible; ``priority``:
+    its band, lower first)."""
 
     type: str
     id: str
     state: str
     data: dict
     scheduled_time: float
+    priority: int = 0
 
 
 class RunInfo(NamedTuple):

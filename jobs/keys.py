@@ -2,8 +2,9 @@
 
 Everything lives under the tuple prefix ``("jobs",)``::
 
-    ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock[, Worker, Lost])
-    ("jobs", "pending", Type, STime, JobId)  = b""
+    ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock[, Worker, Lost[, Priority]])
+    ("jobs", "pending", Type, Priority, STime, JobId) = enqueue time (layout 3)
+    ("jobs", "pending", Type, STime, JobId)  = enqueue time or b"": a legacy entry (layouts 1-2)
     ("jobs", "watches_pending", Type)        = 8-byte little-endian counter (atomic add)
     ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change
     ("jobs", "activity_timeout", Type)       = (seconds,)
@@ -22,12 +23,21 @@ before every float).  A running job's row and its activity key carry the same ve
 ``Seq``; the activity keys of one type are therefore in order of last activity, which is
 what the activity monitor scans.
 
+Layout 3 puts the job's ``Priority`` (an int, lower first; 0 by default) in its pending
+key, so that each type's queue is a run of priority *bands*, each ordered by scheduled time
+(couch_jobs' key has no priority: with every job at 0 the order is couch_jobs').  Pending
+keys written by layouts 1 and 2 (``legacy`` entries, with a float where the priority is)
+sort after every band, since the tuple layer sorts ints before floats; they are read as
+priority 0 wherever they are (``pending.py``), and moved into band 0 by
+:func:`jobs.pending.migrate_legacy` in bounded batches (the activity monitor does it).
+
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
 the ``failed`` and ``lost`` subspaces; it reads every layout-1 store as it is, and raises
 the stored version to 2 in the first transaction that writes a row or key a layout-1
 release could not read (:func:`upgrade_layout`), so that such a release then refuses the
-store.  ``meta/store_id`` is written with the first type timeout and travels in every
+store; layout 3 does the same with its band keys and rows that carry a priority.
+``meta/store_id`` is written with the first type timeout and travels in every
 ``Job``, so a Job used against another store is detected.
 """
 
@@ -38,18 +48,19 @@ import uuid
 import weakref
 
 from . import prefixes
-from .codec import pack_double, pack_str
+from .codec import pack_double, pack_str, read_int
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 from .layouts import Layout
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
-# Layout 2 reads layout-1 stores as they are: nothing to rewrite.
+# Layout 3 reads layout-1 and layout-2 stores as they are (legacy pending entries included):
+# nothing to rewrite in the upgrading transaction.
 LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError,
-                newer=LayoutError, migrations={1: None})
+                newer=LayoutError, migrations={1: None, 2: None})
 ROOT = LAYOUT.space
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
@@ -75,15 +86,54 @@ def data_key(type: str, job_id: str) -> bytes:
     return _prefix(DATA, type) + pack_str(job_id)
 
 
-def pending_key(type: str, stime: float, job_id: str) -> bytes:
+LEGACY = None  # the band of legacy pending entries (read as priority 0)
+_FLOAT_CODE = b"\x21"  # the tuple layer's code of a float: where a legacy entry's STime starts
+
+
+@functools.lru_cache(maxsize=4096)
+def _band(type: str, priority: int) -> bytes:
+    return PENDING.pack((type, priority))
+
+
+def pending_key(type: str, priority: int, stime: float, job_id: str) -> bytes:
+    if not isinstance(stime, float):
+        return PENDING.pack((type, priority, stime, job_id))
+    return _band(type, priority) + pack_double(stime) + pack_str(job_id)
+
+
+def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:
+    """The pending key layouts 1 and 2 wrote for the job."""
     if not isinstance(stime, float):
         return PENDING.pack((type, stime, job_id))
     return _prefix(PENDING, type) + pack_double(stime) + pack_str(job_id)
 
 
-def pending_prefix(type: str, stime: float | None = None) -> bytes:
-    """Prefix of the type's pending keys, or of those scheduled exactly at ``stime``."""
-    return PENDING.pack((type,) if stime is None else (type, stime))
+def pending_prefix(type: str) -> bytes:
+    """Prefix of all the type's pending keys (every band, legacy entries included)."""
+    return _prefix(PENDING, type)
+
+
+def band_prefix(type: str, priority: int | None, stime: float | None = None) -> bytes:
+    """Prefix of the pending keys of band ``priority`` (LEGACY: the legacy entries), or of
+    those scheduled exactly at ``stime`` in it."""
+    if priority is LEGACY:
+        return _prefix(PENDING, type) + (_FLOAT_CODE if stime is None else pack_double(float(stime)))
+    return _band(type, priority) + (b"" if stime is None else pack_double(float(stime)))
+
+
+def band_of(type: str, key: bytes) -> int | None:
+    """The priority of a pending key of ``type`` (LEGACY for a legacy entry), read without
+    unpacking the whole key: accept reads it for every band it looks at."""
+    pos = len(_prefix(PENDING, type))
+    if key[pos:pos + 1] == _FLOAT_CODE:
+        return LEGACY
+    return read_int(key, pos)[0]
+
+
+def pending_entry(key: bytes) -> tuple[int | None, float, str]:
+    """``(priority, stime, job_id)`` of a pending key; priority LEGACY for a legacy entry."""
+    fields = PENDING.unpack(key)
+    return (LEGACY, *fields[1:]) if len(fields) == 3 else fields[1:]
 
 
 def watches_pending_key(type: str) -> bytes:
@@ -127,7 +177,7 @@ def schedule_key(type: str) -> bytes:
 
 def check_key_sizes(type: str, job_id: str) -> None:
     """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
-    size = len(pending_key(type, 0.0, job_id))
+    size = len(pending_key(type, -(1 << 63), 0.0, job_id))
     if size > KEY_LIMIT:
         raise ValueError(
             f"type and job id are too long: their keys would be {size} bytes, over FoundationDB's "

@@ -1,10 +1,18 @@
-"""The pending queue of each type (couch_jobs_pending's part):
-``("jobs", "pending", Type, STime, JobId)``.
+"""The pending queue of each type (couch_jobs_pending's part), in priority bands:
+``("jobs", "pending", Type, Priority, STime, JobId)`` (see ``keys.py``).
 
-Dequeue picks a random eligible job from a *snapshot* read of the queue's head and adds one
-read conflict key, on the job it takes: workers that pick different jobs never conflict,
-and two that pick the same one conflict at commit (1020) and the loser retries.  A batch
-is a run of neighbouring jobs at a random place in a wider head, for the same reason.
+Dequeue takes from the best band that has due jobs: it picks a random one from a
+*snapshot* read of that band's head and adds one read conflict key, on the job it takes:
+workers that pick different jobs never conflict, and two that pick the same one conflict
+at commit (1020) and the loser retries.  A batch is a run of neighbouring jobs at a random
+place in a wider head, for the same reason, continued in the next bands when one band has
+too few due jobs.
+
+Bands are found by skipping from one to the next (one snapshot read each, which also reads
+the band's head), so a band whose jobs are all scheduled in the future costs one read and
+does not hide the due jobs of worse bands; the cost grows with the number of priorities
+in use, never with the number of jobs.  Legacy entries (written by layouts 1 and 2, sorted
+after every band) are read as band 0: looked at before the first band worse than 0.
 """
 
 from __future__ import annotations
@@ -13,8 +21,10 @@ import random
 import struct
 import time
 import uuid
+from itertools import takewhile
 
 from . import keys
+from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import watch as watch_key
 
@@ -24,10 +34,12 @@ _ONE = (1).to_bytes(8, "little")
 _QUEUED_AT = struct.Struct(">d")
 
 
-def enqueue(tr, type: str, stime: float, job_id: str) -> None:
+def enqueue(tr, type: str, priority: int, stime: float, job_id: str) -> None:
+    # A key only layout 3 can read: the store's layout says 3 first (no read once known).
+    keys.upgrade_layout(tr)
     # The value: when the job was enqueued (wall clock of the enqueuing machine, for people:
     # ``jobs status`` shows how long due jobs have waited; nothing decides on it).
-    tr.set(keys.pending_key(type, stime, job_id), _QUEUED_AT.pack(time.time()))
+    tr.set(keys.pending_key(type, priority, stime, job_id), _QUEUED_AT.pack(time.time()))
     tr.add(keys.watches_pending_key(type), _ONE)  # wakes waiting accepts
 
 
@@ -36,62 +48,114 @@ def queued_at(value: bytes) -> float | None:
     return _QUEUED_AT.unpack(value)[0] if len(value) == _QUEUED_AT.size else None
 
 
-def remove(tr, type: str, stime: float, job_id: str) -> None:
-    tr.clear(keys.pending_key(type, stime, job_id))
-
-
-def _bounds(type: str, max_stime: float | None) -> tuple[bytes, bytes]:
-    """Key range of the pending jobs scheduled at or before ``max_stime`` (None: all)."""
-    prefix = keys.pending_prefix(type)
-    if max_stime is None:
-        return prefix, strinc(prefix)
-    return prefix, strinc(keys.pending_prefix(type, float(max_stime)))
+def remove(tr, type: str, priority: int, stime: float, job_id: str) -> None:
+    """Drop the job's entry, and its legacy entry if it has one (a blind clear: nothing to
+    read, and a migration that moves that entry meanwhile conflicts and finds it gone)."""
+    tr.clear(keys.pending_key(type, priority, stime, job_id))
+    if priority == 0:
+        tr.clear(keys.legacy_pending_key(type, stime, job_id))
 
 
 def _job_id(key: bytes) -> str:
-    return keys.PENDING.unpack(key)[2]
+    return keys.pending_entry(key)[2]
+
+
+def _read(tr, begin: bytes, end: bytes, limit: int) -> list[bytes]:
+    return [bytes(key) for key, _value in tr.snapshot.get_range(begin, end, limit=limit)]
+
+
+def bands(tr, type: str, window: int = 1):
+    """``(priority, head)`` for each band of ``type`` that has pending jobs, best first
+    (priority LEGACY for the legacy entries, in band 0's place); ``head``: up to ``window``
+    keys from the band's first (snapshot reads; it may run on into the next bands)."""
+    begin, end = keys.pending_prefix(type), strinc(keys.pending_prefix(type))
+    legacy_seen = False
+    while head := _read(tr, begin, end, window):
+        priority = keys.band_of(type, head[0])
+        if priority is keys.LEGACY:  # every key from here on is legacy
+            if not legacy_seen:
+                yield keys.LEGACY, head
+            return
+        if priority > 0 and not legacy_seen:
+            legacy_seen = True
+            legacy = keys.band_prefix(type, keys.LEGACY)
+            if legacy_head := _read(tr, legacy, strinc(legacy), window):
+                yield keys.LEGACY, legacy_head
+        yield priority, head
+        begin = strinc(keys.band_prefix(type, priority))
+
+
+def _due_end(type: str, priority: int | None, max_stime: float) -> bytes:
+    """End of the keys of band ``priority`` scheduled at or before ``max_stime``."""
+    return strinc(keys.band_prefix(type, priority, max_stime))
 
 
 def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str | None:
-    """Take (clear) a random eligible pending job and return its id, or None.  Eligible:
-    scheduled at or before ``max_stime``; with ``no_schedule``, scheduled at 0 (ids
-    UUID-like, picked near a random UUID without reading the queue's head)."""
+    """Take (clear) a random eligible pending job of the best band and return its id, or
+    None.  Eligible: scheduled at or before ``max_stime``; with ``no_schedule``, scheduled at
+    0 (ids UUID-like, picked near a random UUID without reading the band's head)."""
     taken = dequeue_many(tr, type, max_stime, 1, no_schedule)
     return taken[0] if taken else None
 
 
 def dequeue_many(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False) -> list[str]:
-    """Take (clear) up to ``limit`` eligible pending jobs and return their ids: one random
-    job for a limit of 1; else a run of neighbours at a random place in the queue's head
-    (or near a random UUID), so that workers taking batches at once rarely collide.  One
-    read conflict key per job taken."""
+    """Take (clear) up to ``limit`` eligible pending jobs, best band first, and return their
+    ids: one random job of the best band for a limit of 1; else a run of neighbours at a
+    random place in the band's head (or near a random UUID), so that workers taking batches
+    at once rarely collide.  One read conflict key per job taken."""
     if no_schedule:
-        picked = _pick_near_uuid(tr, type) if limit == 1 else _run_near_uuid(tr, type, limit)
+        picked = _pick_near_uuid(tr, type, limit)
     else:
-        picked = _pick_from_head(tr, type, max_stime, limit)
+        picked = _pick_from_heads(tr, type, max_stime, limit)
     for key in picked:
         tr.add_read_conflict_key(key)  # the one conflict: another worker that took this job
         tr.clear(key)
     return [_job_id(key) for key in picked]
 
 
-def _pick_from_head(tr, type: str, max_stime: float, limit: int) -> list[bytes]:
-    begin, end = _bounds(type, max_stime)
+def _pick_from_heads(tr, type: str, max_stime: float, limit: int) -> list[bytes]:
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
-    head = [key for key, _value in tr.snapshot.get_range(begin, end, limit=window)]
-    if limit == 1:
-        return [random.choice(head)] if head else []
-    if len(head) <= limit:
-        return head
-    start = random.randrange(len(head) - limit + 1)
-    return head[start:start + limit]
+    picked: list[bytes] = []
+    for priority, head in bands(tr, type, window):
+        end = _due_end(type, priority, max_stime)
+        due = list(takewhile(lambda key: key < end, head))
+        if not due:
+            continue  # only future jobs in this band: the next one may have due jobs
+        if limit == 1:
+            return [random.choice(due)]
+        picked += _run(due, limit - len(picked))
+        if len(picked) == limit:
+            break
+    return picked
 
 
-def _pick_near_uuid(tr, type: str) -> list[bytes]:
-    """The job scheduled at 0 nearest a random UUID, after or before it (50/50, so neither
+def _run(keys_: list[bytes], n: int) -> list[bytes]:
+    """``n`` neighbouring keys at a random place in ``keys_`` (all of them if fewer)."""
+    if len(keys_) <= n:
+        return keys_
+    start = random.randrange(len(keys_) - n + 1)
+    return keys_[start:start + n]
+
+
+def _pick_near_uuid(tr, type: str, limit: int) -> list[bytes]:
+    """Up to ``limit`` jobs scheduled at 0 near a random UUID, best band first."""
+    picked: list[bytes] = []
+    for priority, head in bands(tr, type):
+        if keys.pending_entry(head[0])[1] != 0.0:
+            continue  # the band's first job is scheduled later: none at 0 in it
+        prefix = keys.band_prefix(type, priority, 0.0)
+        probe = prefix + pack_str(uuid.uuid4().hex)  # where a job of that id would be
+        if limit == 1:
+            return _one_near(tr, prefix, probe)
+        picked += _run_near(tr, prefix, probe, limit - len(picked))
+        if len(picked) == limit:
+            break
+    return picked
+
+
+def _one_near(tr, prefix: bytes, probe: bytes) -> list[bytes]:
+    """The key under ``prefix`` nearest ``probe``, after or before it (50/50, so neither
     end of the id space waits longer than the other)."""
-    prefix = keys.pending_prefix(type, 0.0)
-    probe = keys.pending_key(type, 0.0, uuid.uuid4().hex)
     after = KeySelector.first_greater_or_equal(probe)
     before = KeySelector.last_less_or_equal(probe)
     for selector in (after, before) if random.random() < 0.5 else (before, after):
@@ -101,33 +165,54 @@ def _pick_near_uuid(tr, type: str) -> list[bytes]:
     return []
 
 
-def _run_near_uuid(tr, type: str, limit: int) -> list[bytes]:
-    """Up to ``limit`` jobs scheduled at 0 from a random UUID on (wrapping around)."""
-    prefix = keys.pending_prefix(type, 0.0)
-    probe = keys.pending_key(type, 0.0, uuid.uuid4().hex)
-    picked = [k for k, _v in tr.snapshot.get_range(probe, strinc(prefix), limit=limit)]
+def _run_near(tr, prefix: bytes, probe: bytes, limit: int) -> list[bytes]:
+    """Up to ``limit`` keys under ``prefix`` from ``probe`` on (wrapping around)."""
+    picked = _read(tr, probe, strinc(prefix), limit)
     if len(picked) < limit:
-        picked += [k for k, _v in tr.snapshot.get_range(prefix, probe, limit=limit - len(picked))]
+        picked += _read(tr, prefix, probe, limit - len(picked))
     return picked
 
 
 def count(tr, type: str, max_stime: float | None = None, limit: int | None = None) -> int:
     """Pending jobs scheduled at or before ``max_stime`` (None: all), at most ``limit``.
     A snapshot read."""
-    if limit == 0:
-        return 0  # (a range read's limit 0 means "no limit")
-    begin, end = _bounds(type, max_stime)
-    return sum(1 for _row in tr.snapshot.get_range(begin, end, limit=limit or 0))
+    total = 0
+    for priority, _head in bands(tr, type):
+        if limit is not None and total >= limit:
+            break
+        begin = keys.band_prefix(type, priority)
+        end = strinc(begin) if max_stime is None else _due_end(type, priority, max_stime)
+        total += len(_read(tr, begin, end, 0 if limit is None else limit - total))
+    return total
 
 
 def next_due(tr, type: str, after: float) -> float | None:
-    """Scheduled time of the earliest pending job due later than ``after``, if any.  A
-    snapshot read: the pending watch covers changes."""
-    _begin, begin = _bounds(type, after)
-    end = strinc(keys.pending_prefix(type))
-    for key, _value in tr.snapshot.get_range(begin, end, limit=1):
-        return keys.PENDING.unpack(key)[1]
-    return None
+    """Scheduled time of the earliest pending job due later than ``after``, if any, in any
+    band.  Snapshot reads: the pending watch covers changes."""
+    earliest = None
+    for priority, _head in bands(tr, type):
+        later = _read(tr, _due_end(type, priority, after), strinc(keys.band_prefix(type, priority)), 1)
+        if later:
+            stime = keys.pending_entry(later[0])[1]
+            earliest = stime if earliest is None else min(earliest, stime)
+    return earliest
+
+
+def migrate_legacy(tr, type: str, limit: int) -> int:
+    """Move up to ``limit`` legacy entries of ``type`` into band 0 (their jobs' priority:
+    rows of layouts 1 and 2 have none), keeping their values; returns how many (fewer than
+    ``limit``: none left).  Conflicting reads: an accept or a remove that takes one of them
+    meanwhile conflicts with this batch, so each job stays in the queue exactly once.
+    Idempotent: a batch retried after 1021 finds its entries moved."""
+    legacy = keys.band_prefix(type, keys.LEGACY)
+    batch = list(tr.get_range(legacy, strinc(legacy), limit=limit))
+    if batch:
+        keys.upgrade_layout(tr)  # band keys: the layout says 3 first
+    for key, value in batch:
+        _legacy, stime, job_id = keys.pending_entry(key)
+        tr.set(keys.pending_key(type, 0, stime, job_id), value)
+        tr.clear(key)
+    return len(batch)
 
 
 def watch(tr, type: str):

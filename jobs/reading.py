@@ -33,11 +33,11 @@ def get_job_state(tr, type: str, job_id: str) -> str:
 
 
 def _info(type: str, job_id: str, row: Row) -> JobInfo:
-    return JobInfo(type, job_id, row.state, decode_data(row.data), row.stime)
+    return JobInfo(type, job_id, row.state, decode_data(row.data), row.stime, row.priority)
 
 
 def get_job(tr, type: str, job_id: str) -> JobInfo:
-    """Type, id, state, data and scheduled time of a job. Raises NotFound."""
+    """Type, id, state, data, scheduled time and priority of a job. Raises NotFound."""
     return _info(type, job_id, _read_row(tr, type, job_id))
 
 

@@ -45,8 +45,9 @@ def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:
 
 
 def _layout_for(tr, row: Row) -> None:
-    """A row with layout 2's fields: the store's layout must say 2 before it is written."""
-    if row.worker is not None or row.lost is not None:
+    """A row with layout 2's or 3's fields: the store's layout must say so before it is
+    written."""
+    if row.worker is not None or row.lost is not None or row.priority:
         keys.upgrade_layout(tr)
 
 
@@ -66,12 +67,14 @@ def put_running(tr, type: str, job_id: str, row: Row) -> None:
     bump_activity(tr, type)
 
 
-def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Lost | None = None) -> None:
-    """Make the job pending at ``stime`` with data ``raw`` (its old pending key and activity
-    key removed by the caller).  Clears LastLock: a creator's (or the monitor's) change.
-    ``lost``: the run's lost-worker count to keep (None: a new run, counted from 0)."""
-    put(tr, type, job_id, Row(None, None, stime, False, raw, lost=lost))
-    pending.enqueue(tr, type, stime, job_id)
+def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Lost | None = None,
+                 priority: int = 0) -> None:
+    """Make the job pending at ``stime`` in band ``priority`` with data ``raw`` (its old
+    pending key and activity key removed by the caller).  Clears LastLock: a creator's (or
+    the monitor's) change.  ``lost``: the run's lost-worker count to keep (None: a new run,
+    counted from 0)."""
+    put(tr, type, job_id, Row(None, None, stime, False, raw, lost=lost, priority=priority))
+    pending.enqueue(tr, type, priority, stime, job_id)
     bump_activity(tr, type)
 
 

@@ -1,7 +1,8 @@
 """What ``jobs status`` reports, read from the job layer's indexes rather than by decoding
 every job row (see ``keys.py`` for the layout):
 
-* counts per type: ``pending`` and ``due`` from the pending queue's keys, ``running`` from
+* counts per type: ``pending`` and ``due`` from the pending queue's keys (each priority
+  band's ranges; ``bands`` keeps the counts of each priority band), ``running`` from
   the activity keys (one per running job), ``failed`` from the failed index (``failed.py``),
   ``finished`` (without failing) as the type's rows minus those three; ``lost``, the
   workers lost by the type's jobs in all, from the counter the activity monitor keeps.
@@ -62,6 +63,15 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Band:
+    """The pending jobs of one priority (legacy entries counted in 0)."""
+
+    priority: int
+    pending: int
+    due: int
+
+
+@dataclass(frozen=True)
 class TypeStatus:
     type: str
     timeout: float | None  # None: jobs of the type exist but its timeout was cleared
@@ -76,6 +86,7 @@ class TypeStatus:
     failed: int = 0  # finished failed (retries used up, or too many lost workers)
     lost: int = 0  # workers lost by the type's jobs (re-enqueued by a monitor), in all
     recent_failures: list[Failure] = field(default_factory=list)  # most recent first
+    bands: list[Band] = field(default_factory=list)  # the priority bands with pending jobs, best first
 
 
 @dataclass(frozen=True)
@@ -123,13 +134,17 @@ def _first_key(tr, begin: bytes, end: bytes) -> bytes | None:
     return None
 
 
-def _ranges(type: str, now: float) -> dict[str, tuple[bytes, bytes, int]]:
-    """name -> (begin, end, page size) of the ranges counted for ``type``."""
-    queue = keys.pending_prefix(type)
+def _ranges(type: str, now: float, bands: list) -> dict:
+    """name -> (begin, end, page size) of the ranges counted for ``type``; the pending
+    queue's names are (name, band), one per band in ``bands``."""
+    queue = {}
+    for band in bands:
+        start = keys.band_prefix(type, band)
+        queue[("pending", band)] = (start, strinc(start), BATCH)
+        queue[("due", band)] = (start, strinc(keys.band_prefix(type, band, now)), BATCH)
+        queue[("due_asap", band)] = (start, strinc(keys.band_prefix(type, band, 0.0)), BATCH)
     return {
-        "pending": (queue, strinc(queue), BATCH),
-        "due": (queue, strinc(keys.pending_prefix(type, float(now))), BATCH),
-        "due_asap": (queue, strinc(keys.pending_prefix(type, 0.0)), BATCH),
+        **queue,
         "running": (*keys.activity_range(type), BATCH),
         "failed": (*failed_index.type_range(type), BATCH),
         "rows": (keys.DATA[type].range().start, keys.DATA[type].range().stop, DATA_BATCH),
@@ -168,7 +183,7 @@ class _Collected:
         self.failures: list[tuple[float, str, str | None]] = []  # a min-heap of (at, id, reason)
 
     def due(self, key: bytes, value: bytes) -> None:
-        stime = keys.PENDING.unpack(key)[1]
+        stime = keys.pending_entry(key)[1]
         queued = pending.queued_at(value)
         self.waiting.append(max(stime, queued) if queued is not None else stime or None)
 
@@ -178,7 +193,8 @@ class _Collected:
             item = (at, keys.FAILED.unpack(key)[1], reason)
             (heapq.heappush if len(self.failures) < self.limit else heapq.heappushpop)(self.failures, item)
 
-    def seen(self, name: str):
+    def seen(self, name):
+        name = name[0] if isinstance(name, tuple) else name
         return {"due": self.due, "failed": self.failed}.get(name)
 
     def recent_failures(self) -> list[Failure]:
@@ -186,13 +202,15 @@ class _Collected:
 
 
 def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStatus:
-    ranges = _ranges(type, now)
+    ranges = {}
 
     def first_look(tr):
         """Everything but the pages after the first, in one snapshot."""
         rv = tr.get_read_version().wait()
         timeout = type_timeouts.get_type_timeout(tr, type)
         collected.clear()  # (a retried attempt starts over)
+        ranges.clear()
+        ranges.update(_ranges(type, float(now), [band for band, _head in pending.bands(tr, type)]))
         pages = {name: _page(tr, *r, collected.seen(name)) for name, r in ranges.items()}
         stamps = []  # (Seq, id) of the least recently active running jobs
         if limit:  # (a range read's limit 0 means "no limit")
@@ -205,6 +223,7 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
     counts = {name: n + _count_rest(db, more, *ranges[name][1:], collected.seen(name))
               for name, (n, more) in pages.items()}
     since = min((t for t in collected.waiting if t is not None), default=None)
+    by_band = _by_band(counts)
 
     def stamped(stamp: bytes) -> Activity:
         version = int.from_bytes(stamp[:8], "big")
@@ -214,16 +233,28 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
     return TypeStatus(
         type=type,
         timeout=timeout,
-        pending=counts["pending"],
-        due=counts["due"],
-        due_asap=counts["due_asap"],
+        pending=sum(by_band["pending"].values()),
+        due=sum(by_band["due"].values()),
+        due_asap=sum(by_band["due_asap"].values()),
         oldest_due_age=None if since is None else max(0.0, now - since),
         running=counts["running"],
         # clamped: pages after the first are read at later versions than each other
-        finished=max(0, counts["rows"] - counts["pending"] - counts["running"] - counts["failed"]),
+        finished=max(0, counts["rows"] - sum(by_band["pending"].values()) - counts["running"] - counts["failed"]),
         last_change=None if last is None else stamped(last),
         running_jobs=[RunningJob(job_id, stamped(seq.tr_version)) for seq, job_id in stamps],
         failed=counts["failed"],
         lost=lost,
         recent_failures=collected.recent_failures(),
+        bands=[Band(p, n, by_band["due"].get(p, 0)) for p, n in sorted(by_band["pending"].items()) if n],
     )
+
+
+def _by_band(counts: dict) -> dict[str, dict[int, int]]:
+    """The pending queue's counts: name -> {priority: count}, legacy entries in band 0."""
+    out: dict[str, dict[int, int]] = {"pending": {}, "due": {}, "due_asap": {}}
+    for name, n in counts.items():
+        if isinstance(name, tuple):
+            kind, band = name
+            band = 0 if band is keys.LEGACY else band
+            out[kind][band] = out[kind].get(band, 0) + n
+    return out

@@ -125,10 +125,11 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
         rows.clear_activity(tr, job.type, row)
         final = row.data if raw is None else raw
         if row.resubmit:
-            rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock))
-            pending.enqueue(tr, job.type, row.stime, job.id)
+            rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock, priority=row.priority))
+            pending.enqueue(tr, job.type, row.priority, row.stime, job.id)
         else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
-            rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost))
+            rows.put(tr, job.type, job.id,
+                     Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost, row.priority))
             if failed:
                 failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
         rows.bump_activity(tr, job.type)
@@ -137,19 +138,22 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
     return within_store(tr, body)
 
 
-def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: dict | None = None) -> Job | JobInfo:
+def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: dict | None = None,
+             priority: int | None = None) -> Job | JobInfo:
     """Run the job again, at ``scheduled_time`` (None: its current scheduled time), with
-    ``data`` (None: keep its data).  Running: flagged, and made pending at that time when it
-    finishes; its data is not changed (as couch_jobs; the worker's finish data wins).
-    Pending: rescheduled (nothing written if neither time nor data change).  Finished:
-    pending again.  Not fenced: a creator may pass the JobInfo from get_job.  Returns the
-    Job with ``resubmitted`` set when the job was running (a JobInfo is returned as given).
-    Raises NotFound, ForeignJobError, JobDataError."""
+    ``data`` (None: keep its data), in band ``priority`` (None: keep its priority).
+    Running: flagged, and made pending at that time and priority when it finishes; its data
+    is not changed (as couch_jobs; the worker's finish data wins).  Pending: rescheduled
+    (nothing written if neither time, priority nor data change).  Finished: pending again.
+    Not fenced: a creator may pass the JobInfo from get_job.  Returns the Job with
+    ``resubmitted`` set when the job was running (a JobInfo is returned as given).  Raises
+    NotFound, ForeignJobError, JobDataError; ValueError for a bad time or priority."""
     if not isinstance(job, (Job, JobInfo)):
         raise checks.ArgumentTypeError(f"expected a Job or JobInfo, not {type(job).__name__}")
     checks.name(job.type, "type")
     checks.name(job.id, "job id")
     stime = None if scheduled_time is None else checks.scheduled_time(scheduled_time)
+    priority = None if priority is None else checks.priority(priority)
     raw = None if data is None else encode_data(data)
 
     def body(tr):
@@ -157,14 +161,17 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         if row is None:
             raise not_found(job.type, job.id)
         new_stime = row.stime if stime is None else stime
+        new_priority = row.priority if priority is None else priority
         if row.state == "running":
-            rows.put(tr, job.type, job.id, replace(row, stime=new_stime, resubmit=True))
-        elif row.state == "finished" or new_stime != row.stime or (raw is not None and raw != row.data):
+            rows.put(tr, job.type, job.id, replace(row, stime=new_stime, priority=new_priority, resubmit=True))
+        elif (row.state == "finished" or (new_stime, new_priority) != (row.stime, row.priority)
+              or (raw is not None and raw != row.data)):
             if row.state == "pending":
-                pending.remove(tr, job.type, row.stime, job.id)
+                pending.remove(tr, job.type, row.priority, row.stime, job.id)
             else:
                 failed_index.unmark(tr, job.type, job.id)
-            rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw)
+            rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw,
+                              priority=new_priority)
         return row
 
     row = within_store(tr, body)
@@ -211,6 +218,6 @@ def release(tr, job: Job) -> None:
             raise _halt(job)
         released.record(True)
         rows.clear_activity(tr, job.type, row)
-        rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost)  # the same run
+        rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost, priority=row.priority)  # same run
 
     within_store(tr, body)

@@ -19,6 +19,14 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # --- argument types (argparse turns their ArgumentTypeError into a usage error, exit 2) --
 
 
+def parse_priority(text: str) -> int:
+    """``--priority``: an int, lower runs first (as ``jobs.add`` checks it)."""
+    try:
+        return checks.priority(int(text.strip()))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad priority {text!r}: expected an int of 64 bits ({exc})") from None
+
+
 def parse_time(text: str, now: float | None = None) -> float:
     """``--at``: seconds since the epoch, ``+N[s|m|h|d]`` from now, ``-N[s|m|h|d]`` ago, or
     an ISO-8601 time (local time when it names no zone); a time a date can show (as

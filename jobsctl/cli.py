@@ -22,7 +22,7 @@ import orjson
 import jobs
 from jobs.engine.urls import ENV_VAR
 
-from .arguments import attach_past_times, count, grace, parse_time, target
+from .arguments import attach_past_times, count, grace, parse_priority, parse_time, target
 from .commands import (
     cmd_add, cmd_discard, cmd_gc, cmd_list, cmd_remove, cmd_retry, cmd_schedules, cmd_set_timeout, cmd_show,
     cmd_status, cmd_types,
@@ -67,6 +67,8 @@ def _add_job_commands(command) -> None:
     p.add_argument("--at", metavar="TIME", type=parse_time, default=0.0,
                    help="when it is due: seconds since the epoch, ISO-8601 (local time unless it has a "
                         "zone), +N[s|m|h|d] from now or -N[s|m|h|d] ago (default: as soon as possible)")
+    p.add_argument("--priority", metavar="N", type=parse_priority, default=0,
+                   help="its priority band: due jobs of a lower priority run first (default 0; negatives allowed)")
     for name, run, help in (("remove", cmd_remove, "remove a job in any state (its worker gets Halt)"),
                             ("show", cmd_show, "a job's state, data and scheduled time")):
         _job_arguments(command(name, run, help))

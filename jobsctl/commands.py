@@ -27,8 +27,8 @@ def open_store(args, create: bool = True):
 
 
 @jobs.transactional
-def add_and_get(tr, type, job_id, data, at):
-    jobs.add(tr, type, job_id, data, at)
+def add_and_get(tr, type, job_id, data, at, priority=0):
+    jobs.add(tr, type, job_id, data, at, priority=priority)
     return jobs.get_job(tr, type, job_id)
 
 
@@ -36,7 +36,7 @@ def cmd_add(args):
     data = data_object(args.data)
     with open_store(args) as db:
         try:
-            return job_doc(add_and_get(db, args.type, args.id, data, args.at))
+            return job_doc(add_and_get(db, args.type, args.id, data, args.at, args.priority))
         except jobs.NoTypeTimeout as exc:
             raise jobs.NoTypeTimeout(
                 f"job type {args.type!r} has no timeout: run 'jobs set-timeout {args.type} SECONDS' first"

@@ -63,7 +63,11 @@ def ago(a: status_mod.Activity | None) -> str:
 
 
 def job_doc(info: jobs.JobInfo) -> dict:
-    return info._asdict()
+    """A job's keys; ``priority`` only when it is not the default 0 (as couch_jobs shows it)."""
+    doc = info._asdict()
+    if not doc["priority"]:
+        del doc["priority"]
+    return doc
 
 
 def run_doc(run: RunInfo) -> dict:
@@ -78,6 +82,8 @@ def human_job(doc: dict) -> str:
     now = time.time()
     head = [["type", printable(doc["type"])], ["id", printable(doc["id"])], ["state", doc["state"]],
             ["scheduled", when(doc["scheduled_time"], now)]]
+    if doc.get("priority"):
+        head.append(["priority", str(doc["priority"])])
     return "\n".join(f"{k:<10} {v}" for k, v in head + human_run(doc, now)) + f"\ndata       {indented(doc['data'])}"
 
 
@@ -123,6 +129,10 @@ def human_status(st: status_mod.Status) -> str:
              t.running, t.finished, t.failed, t.lost, ago(t.last_change)] for t in st.types]
     out = [table(["TYPE", "TIMEOUT", "PENDING", "DUE", "LONGEST WAIT", "RUNNING", "FINISHED", "FAILED",
                    "LOST", "LAST CHANGE"], rows)]
+    bands = [f"{printable(t.type)}: " + ", ".join(f"{b.priority}: {b.pending} ({b.due} due)" for b in t.bands)
+             for t in st.types if any(b.priority for b in t.bands)]
+    if bands:
+        out.append("pending per priority (lower runs first): " + "; ".join(bands))
     running = [[t.type, r.id, ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     if running:
         out.append("running jobs, least recently active first:\n"

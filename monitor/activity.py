@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import activity
+from jobs import activity, pending
 from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
@@ -34,6 +34,7 @@ CHECKS_PER_TIMEOUT = 4
 # most about one second after its timeout ran out (one sample late, one pass late).
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
+MIGRATION_BATCH = 1000  # legacy pending entries moved per transaction (~100 kB of writes)
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
 
 
@@ -51,6 +52,7 @@ class ActivityMonitor:
         self._batch = AdaptiveBatch()
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
+        self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,6 +67,7 @@ class ActivityMonitor:
         total = 0
         for type, timeout in timeouts.items():
             if timeout is not None:
+                self._migrate(type)
                 total += self._check_type(type, timeout)
         self.reenqueued += total
         return total
@@ -83,6 +86,15 @@ class ActivityMonitor:
             due = samples.popleft()[1]
         # every job at or before ``due`` is re-enqueued now (later updates stamp later)
         return 0 if due is None else self._reenqueue(type, due)
+
+    def _migrate(self, type: str) -> None:
+        """Move the type's legacy pending entries (a store of an older layout) into band 0,
+        in bounded transactions, once per type per monitor: accept reads them meanwhile."""
+        if type in self._migrated:
+            return
+        while run(self.db, pending.migrate_legacy, type, MIGRATION_BATCH) == MIGRATION_BATCH:
+            pass
+        self._migrated.add(type)
 
     def _reenqueue(self, type: str, up_to: bytes) -> int:
         total = 0

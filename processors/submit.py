@@ -42,9 +42,10 @@ def task_id(type: str, params: dict | None) -> str:
 
 
 def submit(db, type: str, params: dict | None = None, *, job_id: str | None = None, unique: bool = False,
-           at: float = 0) -> "TaskFuture":
+           at: float = 0, priority: int = 0) -> "TaskFuture":
     """Enqueue a task of ``type`` with ``params`` (a JSON object) to run at ``at`` (seconds
-    since the epoch; 0: now), and return its TaskFuture.
+    since the epoch; 0: now) with ``priority`` (lower first, as ``jobs.add``), and return
+    its TaskFuture; retries keep the priority.
 
     ``job_id``: the id to use (default: a random one); ``unique=True`` derives it from the
     params (:func:`task_id`).  With an explicit or unique id, a task of that id that is
@@ -53,6 +54,7 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
     set the type's timeout; JobDataError for params that are not a JSON object."""
     if job_id is not None and unique:
         raise ValueError("submit() takes job_id or unique=True, not both")
+    checks.priority(priority)
     params = {} if params is None else params
     if isinstance(params, dict) and behaviors.TASK_KEY in params:
         raise ValueError(f"params may not use the reserved key {behaviors.TASK_KEY!r}")
@@ -77,7 +79,7 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
             state = None
         if state is not None and (not given or state in ("pending", "running")):
             return  # a fresh random id exists only if our add committed; else join the task
-        jobs.add(tr, type, job_id, params, scheduled_time=at)
+        jobs.add(tr, type, job_id, params, scheduled_time=at, priority=priority)
         if given:
             LAYOUT.upgrade(tr)
             tr.set(mark, nonce)

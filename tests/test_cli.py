@@ -104,7 +104,7 @@ def test_add_and_show(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     code, out, _ = run(capsys, "--store", url, "add", "t", "a", "--data", '{"path": "a.png", "n": [1, 2]}')
     assert code == 0 and "pending" in out and "a.png" in out
-    assert jobs.get_job(db, "t", "a") == ("t", "a", "pending", {"path": "a.png", "n": [1, 2]}, 0.0)
+    assert jobs.get_job(db, "t", "a") == ("t", "a", "pending", {"path": "a.png", "n": [1, 2]}, 0.0, 0)
     code, out, _ = run(capsys, "--store", url, "show", "t", "a")
     assert code == 0
     fields = dict(line.split(None, 1) for line in out.splitlines()[:4])
@@ -568,3 +568,24 @@ def test_script_worker_runs_jobs_until_sigterm(tmp_path, url, db):
         out.close()
         err.close()
     assert "succeeded 5" in (tmp_path / "out.txt").read_text()
+
+
+# --- priorities ----------------------------------------------------------------------------
+
+
+def test_add_with_a_priority_and_status_per_band(capsys, url, db):
+    assert run(capsys, "--store", url, "set-timeout", "t", "30")[0] == 0
+    assert run_json(capsys, "--store", url, "add", "t", "a", "--priority", "-3")["priority"] == -3
+    assert "priority" not in run_json(capsys, "--store", url, "add", "t", "b")  # the default, as before
+    jobs.add(db, "t", "later", priority=-3, scheduled_time=time.time() + 3600)
+    code, out, _err = run(capsys, "--store", url, "show", "t", "a")
+    assert code == 0 and "priority   -3" in out
+    bands = run_json(capsys, "--store", url, "status")["types"][0]["bands"]
+    assert bands == [{"priority": -3, "pending": 2, "due": 1}, {"priority": 0, "pending": 1, "due": 1}]
+    code, out, _err = run(capsys, "--store", url, "status")
+    assert code == 0 and "pending per priority (lower runs first): t: -3: 2 (1 due), 0: 1 (1 due)" in out
+    before = snapshot(db)
+    for bad in ("1.5", "true", str(2**63)):
+        code, _out, err = run(capsys, "--store", url, "add", "t", "c", "--priority", bad)
+        assert code == 2 and "priority" in err
+    assert snapshot(db) == before
