@@ -12,7 +12,9 @@ import time
 from . import checks, finished as finished_index, keys, rows
 from .calls import within_store
 from .creator import remove_row
-from .engine.transactional import LastAttempt, run
+from .engine import error_code
+from .engine.errors import MAYBE_COMMITTED
+from .engine.transactional import run
 from .retention import KEEP_FOREVER, retentions
 from .status import job_types
 
@@ -39,16 +41,30 @@ def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH) -> t
 
 
 def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH) -> tuple[list[str], bool]:
-    """:func:`prune_batch` in a transaction of its own, which reports what it removed even
-    when its commit's result was unknown (1021) and the retry finds those jobs gone."""
-    last = LastAttempt()
-
-    def body(tr):
-        if last.committed(lambda done: not any(_indexed(tr, type, job_id) for job_id in done[0])):
-            return last.value
-        return last.record(prune_batch(tr, type, kind, up_to, limit))
-
-    return run(db, body)
+    """:func:`prune_batch` in a transaction of its own, retried.  After a commit whose
+    result is unknown (1021), a retry that finds every job that attempt removed gone
+    reports them as removed (by it, or by another pruner just then: gone either way);
+    after a conflict (1020) it starts over, so concurrent pruners count each job once."""
+    tr = db.create_transaction()
+    unknown = None  # what an attempt whose commit may have happened removed
+    try:
+        while True:
+            out = None
+            try:
+                if unknown is not None and not any(_indexed(tr, type, job_id) for job_id in unknown[0]):
+                    return unknown
+                out = prune_batch(tr, type, kind, up_to, limit)
+                tr.commit().wait()
+                return out
+            except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
+                if error_code(exc) is None:
+                    raise
+                unknown = out if error_code(exc) in MAYBE_COMMITTED else None
+                tr.on_error(exc).wait()
+    finally:
+        close = getattr(tr, "close", None)
+        if close is not None:
+            close()
 
 
 def _indexed(tr, type: str, job_id: str) -> bool:

@@ -41,14 +41,8 @@ def set_retention(tr, type: str, *, finished: float | None = None, failed: float
     checks.name(type, "type", new=True)
     periods = tuple(None if v is None else checks.seconds(v, f"{what} retention")
                     for v, what in ((finished, "finished"), (failed, "failed")))
-
-    def body(tr):
-        if periods == (None, None):
-            tr.clear(keys.retention_key(type))
-        else:
-            tr.set(keys.retention_key(type), fdb_tuple.pack(periods))
-
-    within_store(tr, body)
+    raw = None if periods == (None, None) else fdb_tuple.pack(periods)
+    within_store(tr, lambda tr: _store(tr, type, raw))
 
 
 def get_retention(tr, type: str) -> Retention:
@@ -60,7 +54,19 @@ def get_retention(tr, type: str) -> Retention:
 def clear_retention(tr, type: str) -> None:
     """Keep the type's finished jobs forever again."""
     checks.name(type, "type")
-    within_store(tr, lambda tr: tr.clear(keys.retention_key(type)))
+    within_store(tr, lambda tr: _store(tr, type, None))
+
+
+def _store(tr, type: str, raw: bytes | None) -> None:
+    """Write the type's retention (None: clear it) unless it is already so: a retry after
+    its own commit (1021) then writes nothing."""
+    key = keys.retention_key(type)
+    if value_of(tr.get(key)) == raw:
+        return
+    if raw is None:
+        tr.clear(key)
+    else:
+        tr.set(key, raw)
 
 
 def retentions(tr) -> dict[str, Retention]:
