@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import orjson
+
 import pytest
 
 import jobs
@@ -275,3 +277,40 @@ def test_store_size_stays_flat_under_a_steady_workload(db):
     finally:
         monitor.stop()
     assert max(counts) <= bound and monitor.pruner.removed == 2001
+
+
+# --- the jobs command ---------------------------------------------------------------------------
+
+
+def test_jobs_command(db, tmp_path, capsys):
+    if not hasattr(db, "path"):
+        pytest.skip("the command opens the store by URL: a file store")
+    from jobsctl import cli
+
+    def jobs_cmd(*argv, json=False):
+        code = cli.main(["--store", f"sqlite:{db.path}", *map(str, argv), *(["--json"] if json else [])])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = jobs_cmd("set-retention", T, "--finished", "7d", "--failed", "90")
+    assert code == 0 and out.strip() == f"{T}: finished jobs kept 7d00h, failed jobs kept 1m30s"
+    assert jobs.get_retention(db, T) == jobs.Retention(7 * DAY, 90.0)
+    code, out, _ = jobs_cmd("status", json=True)
+    assert orjson.loads(out)["types"][0]["retention"] == {"finished": 7 * DAY, "failed": 90.0}
+    assert "t: finished 7d00h, failed 1m30s" in jobs_cmd("status")[1]
+    run_jobs(db, ["a", "b"])
+    run_jobs(db, ["f"], failed=True)
+    age_finished(db, T, ["a", "f"], 8 * DAY)
+    code, out, _ = jobs_cmd("prune")
+    assert code == 0 and out.splitlines() == [f"{T}/a", "removed 1 finished job(s)"]
+    code, out, _ = jobs_cmd("prune", T, "--failed", json=True)
+    assert orjson.loads(out)["removed"] == [{"type": T, "id": "f"}]
+    code, out, _ = jobs_cmd("prune", "--older-than", "0")
+    assert out.splitlines() == [f"{T}/b", "removed 1 finished job(s)"]
+    code, out, _ = jobs_cmd("clear-retention", T)
+    assert code == 0 and jobs.get_retention(db, T) == jobs.Retention(None, None)
+    assert "retention" not in jobs_cmd("status")[1]
+    before = snapshot(db)
+    assert jobs_cmd("set-retention", T, "--finished", "-1")[0] == 2  # a usage error
+    assert jobs_cmd("prune", "--older-than", "soon")[0] == 2
+    assert snapshot(db) == before
