@@ -201,6 +201,19 @@ def test_two_monitors_prune_each_job_once(db):
     assert not [k for k, _v in snapshot(db) if k.startswith(keys.FINISHED.key())]
 
 
+def test_a_monitor_pass_is_idempotent_under_1021(db):
+    jobs.set_retention(db, T, finished=60, failed=60)
+    ids = [f"j{i:03}" for i in range(130)]
+    run_jobs(db, ids)
+    run_jobs(db, ["f"], failed=True)
+    age_finished(db, T, [*ids, "f"], 120)
+    faulty = FaultInjectingDatabase(db, unknown_committed=1.0)
+    monitor = ActivityMonitor(faulty)
+    monitor.check()
+    assert job_ids(db) == set() and monitor.pruner.removed == 131  # each counted once
+    assert faulty.injected["unknown_committed"] >= 3  # the backfill's, and two batches of finished jobs
+
+
 # --- stores written before the index existed ------------------------------------------------
 
 
