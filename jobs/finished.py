@@ -39,7 +39,16 @@ def mark(tr, type: str, job_id: str, failed: bool, at: float | None = None) -> N
 
 def entry_of(tr, type: str, job_id: str) -> tuple[str, float] | None:
     """``(kind, at)`` of the job's entry, or None (a conflicting read)."""
-    raw = value_of(tr.get(keys.finished_job_key(type, job_id)))
+    return entry_in(entry_future(tr, type, job_id))
+
+
+def entry_future(tr, type: str, job_id: str):
+    """The read of the job's pointer, to wait on with :func:`entry_in` (reads in parallel)."""
+    return tr.get(keys.finished_job_key(type, job_id))
+
+
+def entry_in(future) -> tuple[str, float] | None:
+    raw = value_of(future)
     return None if raw is None else tuple(fdb_tuple.unpack(raw))
 
 
@@ -91,8 +100,7 @@ def backfill(tr, type: str, limit: int) -> bool:
         job_id = keys.DATA.unpack(key)[1]
         row = rows.decode(bytes(value), type, job_id)
         if row.state == "finished":
-            finished.append((key, job_id, tr.get(keys.finished_job_key(type, job_id)),
-                             tr.get(keys.failed_key(type, job_id))))
+            finished.append((key, job_id, entry_future(tr, type, job_id), tr.get(keys.failed_key(type, job_id))))
     for key, job_id, entry, failure in finished:  # (their reads ran in parallel)
         if value_of(entry) is None:
             tr.add_read_conflict_key(key)

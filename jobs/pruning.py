@@ -12,7 +12,7 @@ import time
 from . import checks, finished as finished_index, keys, rows
 from .calls import within_store
 from .creator import remove_row
-from .engine import error_code
+from .engine import error_code, value_of
 from .engine.errors import MAYBE_COMMITTED
 from .engine.transactional import run
 from .retention import KEEP_FOREVER, retentions
@@ -29,10 +29,13 @@ def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH) -> t
     one that changed since it was indexed is left alone (its stale entry dropped), so
     several pruners, and retries, only remove what is still finished and old."""
     entries = finished_index.oldest(tr, type, kind, up_to, limit)
+    # every job's row and pointer read at once (one round trip on FoundationDB, not 2 x 100)
+    reads = [(tr.get(keys.data_key(type, job_id)), finished_index.entry_future(tr, type, job_id))
+             for _key, _at, job_id in entries]
     removed = []
-    for key, at, job_id in entries:
-        row = rows.get(tr, type, job_id)
-        if row is not None and row.state == "finished" and finished_index.entry_of(tr, type, job_id) == (kind, at):
+    for (key, at, job_id), (raw_row, entry) in zip(entries, reads):
+        row = rows.decode(value_of(raw_row), type, job_id)
+        if row is not None and row.state == "finished" and finished_index.entry_in(entry) == (kind, at):
             remove_row(tr, type, job_id, row)
             removed.append(job_id)
         else:
