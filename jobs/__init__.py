@@ -36,6 +36,8 @@ from .api import (
     update,
 )
 from .engine import transactional
+from .pruning import prune
+from .retention import Retention, clear_retention, get_retention, set_retention
 from .errors import (
     ForeignJobError,
     Halt,
@@ -81,6 +83,12 @@ __all__ = [
     "release",
     "is_held",
     "accept_many",
+    # retention (issue 14)
+    "set_retention",
+    "get_retention",
+    "clear_retention",
+    "prune",
+    "Retention",
     # errors
     "JobsError",
     "NotFound",

@@ -23,7 +23,7 @@ import anyio.lowlevel
 from anyio.lowlevel import RunVar
 import anyio.to_thread
 
-from . import api, checks, subscriptions
+from . import api, checks, pruning, retention, subscriptions
 from .accepting import AcceptCall
 from .errors import Halt
 from .job import Job
@@ -32,6 +32,7 @@ __all__ = [
     "accept",
     "accept_many",
     "add",
+    "clear_retention",
     "clear_type_timeout",
     "finish",
     "get_active_jobs_ids",
@@ -39,14 +40,17 @@ __all__ = [
     "get_job_data",
     "get_job_state",
     "get_jobs",
+    "get_retention",
     "get_type_timeout",
     "get_types",
     "is_held",
     "is_resubmitted",
     "pending_count",
+    "prune",
     "release",
     "remove",
     "resubmit",
+    "set_retention",
     "set_type_timeout",
     "subscribe",
     "unsubscribe",
@@ -97,6 +101,10 @@ release = _twin(api.release)
 is_held = _twin(api.is_held)
 is_resubmitted = api.is_resubmitted  # no I/O: the same function
 subscribe = _twin(subscriptions.subscribe)
+set_retention = _twin(retention.set_retention)
+get_retention = _twin(retention.get_retention)
+clear_retention = _twin(retention.clear_retention)
+prune = _twin(pruning.prune)
 unsubscribe = subscriptions.unsubscribe  # no I/O: the same function
 WAIT_SLICE = 0.25  # longest thread wait of aio.wait, so a cancelled task stops soon
 

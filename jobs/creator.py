@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, failed as failed_index, keys, pending, rows
+from . import checks, finished as finished_index, keys, pending, rows
 from .calls import not_found, within_store
 from .codec import encode_data
 from .engine.transactional import LastAttempt
@@ -51,7 +51,7 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
         if state == "pending":
             pending.remove(tr, type, row.priority, row.stime, job_id)
         elif state == "finished":
-            failed_index.unmark(tr, type, job_id)
+            finished_index.leave(tr, type, job_id)
         rows.make_pending(tr, type, job_id, stime, raw, priority=priority)
 
     within_store(tr, body)
@@ -71,12 +71,17 @@ def remove(tr, type: str, job_id: str) -> None:
                 return
             raise not_found(type, job_id)
         found.record(True)
-        if row.state == "pending":
-            pending.remove(tr, type, row.priority, row.stime, job_id)
-        elif row.state == "finished":
-            failed_index.unmark(tr, type, job_id)
-        rows.clear_activity(tr, type, row)
-        rows.clear(tr, type, job_id)
-        rows.bump_activity(tr, type)
+        remove_row(tr, type, job_id, row)
 
     within_store(tr, body)
+
+
+def remove_row(tr, type: str, job_id: str, row) -> None:
+    """Remove the job whose row (just read) is ``row``, with every key that refers to it."""
+    if row.state == "pending":
+        pending.remove(tr, type, row.priority, row.stime, job_id)
+    elif row.state == "finished":
+        finished_index.leave(tr, type, job_id)
+    rows.clear_activity(tr, type, row)
+    rows.clear(tr, type, job_id)
+    rows.bump_activity(tr, type)

@@ -14,6 +14,10 @@ Everything lives under the tuple prefix ``("jobs",)``::
                                                re-enqueues by activity monitors (layout 2)
     ("jobs", "schedules", Type)              = (cron, tz, last tick enqueued): the type's cron
                                                schedule (schedules.py)
+    ("jobs", "finished", Type, Kind, At, JobId) = b"": finished jobs by when they finished
+    ("jobs", "finished_job", Type, JobId)    = (Kind, At): the job's entry in ``finished``
+    ("jobs", "retention", Type)              = (finished seconds | None, failed seconds | None)
+    ("jobs", "retention_backfill", Type)     = (done, last JobId looked at | None)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -30,6 +34,13 @@ keys written by layouts 1 and 2 (``legacy`` entries, with a float where the prio
 sort after every band, since the tuple layer sorts ints before floats; they are read as
 priority 0 wherever they are (``pending.py``), and moved into band 0 by
 :func:`jobs.pending.migrate_legacy` in bounded batches (the activity monitor does it).
+
+``finished`` indexes every finished job (``Kind`` ``"failed"`` or ``"finished"``, without
+failing) by ``At``, the finishing process's wall clock, so that retention (``retention.py``)
+finds the oldest ones without reading rows; ``finished_job`` says where a job's entry is, so
+whoever changes or removes a finished job clears it (``finished.py``).  ``retention`` holds a
+type's retention periods; ``retention_backfill`` how far the one-time indexing of jobs
+finished before the index existed has come.  These four came with layout 3.
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -49,7 +60,7 @@ import weakref
 
 from . import prefixes
 from .codec import pack_double, pack_str, read_int
-from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, value_of
+from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, strinc, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 from .layouts import Layout
@@ -71,6 +82,10 @@ ACTIVITY = ROOT["activity"]
 FAILED = ROOT["failed"]
 LOST = ROOT["lost"]
 SCHEDULES = ROOT["schedules"]
+FINISHED = ROOT["finished"]
+FINISHED_JOB = ROOT["finished_job"]
+RETENTION = ROOT["retention"]
+RETENTION_BACKFILL = ROOT["retention_backfill"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -173,6 +188,32 @@ def lost_counter_key(type: str) -> bytes:
 
 def schedule_key(type: str) -> bytes:
     return SCHEDULES.pack((type,))
+
+
+def finished_key(type: str, kind: str, at: float, job_id: str) -> bytes:
+    return FINISHED.pack((type, kind, at, job_id))
+
+
+def finished_range(type: str, kind: str, up_to: float) -> tuple[bytes, bytes]:
+    """The ``finished`` entries of ``type`` and ``kind`` whose At is at or before ``up_to``."""
+    return FINISHED[type][kind].range().start, strinc(FINISHED.pack((type, kind, float(up_to))))
+
+
+def unpack_finished(key: bytes) -> tuple[str, str, float, str]:
+    """``(type, kind, at, job_id)`` of a ``finished`` key."""
+    return FINISHED.unpack(key)
+
+
+def finished_job_key(type: str, job_id: str) -> bytes:
+    return _prefix(FINISHED_JOB, type) + pack_str(job_id)
+
+
+def retention_key(type: str) -> bytes:
+    return RETENTION.pack((type,))
+
+
+def retention_backfill_key(type: str) -> bytes:
+    return RETENTION_BACKFILL.pack((type,))
 
 
 def check_key_sizes(type: str, job_id: str) -> None:

@@ -13,6 +13,7 @@ every job row (see ``keys.py`` for the layout):
   later (each pending entry records when it was enqueued, by the enqueuer's wall clock).
   ``due_asap`` counts the due jobs added with no scheduled time.
 * the most recent failures (id, when, reason), from the failed index's values.
+* the type's retention (``retention.py``): how long finished and failed jobs are kept.
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import activity, failed as failed_index, keys, pending, schedules as schedules_mod, type_timeouts
+from .retention import KEEP_FOREVER, Retention, get_retention
 from .engine import strinc
 from .engine.transactional import run
 
@@ -87,6 +89,7 @@ class TypeStatus:
     lost: int = 0  # workers lost by the type's jobs (re-enqueued by a monitor), in all
     recent_failures: list[Failure] = field(default_factory=list)  # most recent first
     bands: list[Band] = field(default_factory=list)  # the priority bands with pending jobs, best first
+    retention: Retention = KEEP_FOREVER  # how long finished and failed jobs are kept
 
 
 @dataclass(frozen=True)
@@ -216,10 +219,11 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
         if limit:  # (a range read's limit 0 means "no limit")
             for key, value in tr.snapshot.get_range(*keys.activity_range(type), limit=limit):
                 stamps.append((keys.ACTIVITY.unpack(key)[1], bytes(value).decode()))
-        return rv, timeout, pages, stamps, activity.last_activity(tr, type), activity.lost_total(tr, type)
+        return (rv, timeout, pages, stamps, activity.last_activity(tr, type), activity.lost_total(tr, type),
+                get_retention(tr, type))
 
     collected = _Collected(limit)
-    rv, timeout, pages, stamps, last, lost = run(db, first_look)
+    rv, timeout, pages, stamps, last, lost, retention = run(db, first_look)
     counts = {name: n + _count_rest(db, more, *ranges[name][1:], collected.seen(name))
               for name, (n, more) in pages.items()}
     since = min((t for t in collected.waiting if t is not None), default=None)
@@ -246,6 +250,7 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
         lost=lost,
         recent_failures=collected.recent_failures(),
         bands=[Band(p, n, by_band["due"].get(p, 0)) for p, n in sorted(by_band["pending"].items()) if n],
+        retention=retention,
     )
 
 

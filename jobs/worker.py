@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, failed as failed_index, keys, pending, rows
+from . import checks, failed as failed_index, finished as finished_index, keys, pending, rows
 from .accepting import AcceptCall
 from .calls import not_found, within_store
 from .codec import Row, decode_data, encode_data
@@ -132,6 +132,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
                      Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost, row.priority))
             if failed:
                 failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
+            finished_index.mark(tr, job.type, job.id, bool(failed))
         rows.bump_activity(tr, job.type)
         return True
 
@@ -169,7 +170,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
             if row.state == "pending":
                 pending.remove(tr, job.type, row.priority, row.stime, job.id)
             else:
-                failed_index.unmark(tr, job.type, job.id)
+                finished_index.leave(tr, job.type, job.id)
             rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw,
                               priority=new_priority)
         return row

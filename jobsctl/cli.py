@@ -27,10 +27,12 @@ from .commands import (
     cmd_add, cmd_discard, cmd_gc, cmd_list, cmd_remove, cmd_retry, cmd_schedules, cmd_set_timeout, cmd_show,
     cmd_status, cmd_types,
 )
+from .retention import HUMAN as RETENTION_HUMAN, add_commands as _add_retention_commands
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
 
 STATES = ("pending", "running", "finished")
+HUMAN = {**HUMAN, **RETENTION_HUMAN}
 GC_GRACE = 600.0  # `gc --grace` default: pipeline.collector.DEFAULT_GRACE (checked by a test)
 
 
@@ -143,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     # in this order in `jobs -h`
     _add_job_commands(command)
     _add_type_commands(command)
+    _add_retention_commands(command)
     _add_service_commands(command)
     p = command("help", cmd_help, "describe the commands, or one command")
     p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)

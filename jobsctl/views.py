@@ -47,6 +47,10 @@ def when(t: float, now: float) -> str:
     return f"{stamp} (in {duration(t - now)})" if t > now else f"{stamp} ({duration(now - t)} ago)"
 
 
+def kept_for(period: float | None) -> str:
+    return "forever" if period is None else duration(period)
+
+
 def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:g}s"
 
@@ -145,6 +149,10 @@ def human_status(st: status_mod.Status) -> str:
         out.append("cron schedules ('jobs schedules' tells more):\n" + table(
             ["TYPE", "CRON", "NEXT TICK"], [[s.type, f"{s.expression} ({s.tz})", tick(s.next, st.now)]
                                             for s in st.schedules]))
+    kept = [printable(f"{t.type}: finished {kept_for(t.retention.finished)}, failed {kept_for(t.retention.failed)}")
+            for t in st.types if t.retention != status_mod.KEEP_FOREVER]
+    if kept:
+        out.append("retention (older finished jobs are pruned; other types keep them forever):\n" + "\n".join(kept))
     notes = []
     if st.versions == "commits":
         notes.append("embedded engine: the store records activity as commit versions, not times")

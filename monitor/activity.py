@@ -8,6 +8,9 @@ for at least T, whatever the clocks of the workers' machines say; it is made pen
 samples every T/4, and at least every 0.5 s, a job is re-enqueued between T and
 min(1.5 T, T + 1 s) after its last update (couch_jobs' single remembered stamp gives T to 2 T).  Several monitors over one store are
 harmless: re-enqueueing is a transaction that re-checks each job's lock.
+
+Each pass also removes finished jobs kept longer than their type's retention, a bounded
+amount per pass (``retention.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
 from .batching import AdaptiveBatch, jittered
+from .retention import Pruner
 
 log = logging.getLogger("monitor")
 
@@ -50,6 +54,7 @@ class ActivityMonitor:
         self.reenqueued = 0  # jobs this monitor made pending again, in all
         self.errors = 0  # passes that failed (logged)
         self._batch = AdaptiveBatch()
+        self.pruner = Pruner(db, self.types)  # ``pruner.removed``: finished jobs it removed
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
         self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
@@ -59,7 +64,8 @@ class ActivityMonitor:
     # --- one pass ------------------------------------------------------------------------
 
     def check(self) -> int:
-        """Sample every type and re-enqueue what is overdue; returns how many jobs."""
+        """Sample every type and re-enqueue what is overdue, then prune what retention no
+        longer keeps; returns how many jobs it re-enqueued."""
         types = self.types if self.types is not None else jobs.get_types(self.db)
         timeouts = {t: jobs.get_type_timeout(self.db, t) for t in types}
         for gone in set(self._samples) - {t for t, v in timeouts.items() if v is not None}:
@@ -70,6 +76,7 @@ class ActivityMonitor:
                 self._migrate(type)
                 total += self._check_type(type, timeout)
         self.reenqueued += total
+        self.pruner.prune()
         return total
 
     def _check_type(self, type: str, timeout: float) -> int:

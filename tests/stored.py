@@ -2,7 +2,8 @@
 keys (to show that a refused call wrote nothing), and jobs written as an older release
 wrote them, without today's argument checks (a scheduled time no date can show, names with
 control characters), to show that every view still displays them and that they can be
-removed; and the pipeline's trash entries made older, a clock the tests control."""
+removed; the pipeline's trash entries and finished jobs made older, a clock the tests
+control."""
 
 from __future__ import annotations
 
@@ -49,3 +50,32 @@ def collector_runs(db) -> int:
 
     data = jobs.get_job_data(db, collector.JOB_TYPE, collector.JOB_ID)
     return data.get("_task", {}).get("runs", 0)
+
+
+def indexed(db, type: str = "t") -> dict[str, str]:
+    """Job id -> kind (``finished``/``failed``) of the type's entries in the index of finished
+    jobs, checked against the entries' pointers."""
+    from jobs import finished
+
+    r = keys.FINISHED[type].range()
+    entries = {}
+    for key, _value in db.get_range(r.start, r.stop):
+        _type, kind, at, job_id = keys.unpack_finished(key)
+        assert run(db, finished.entry_of, type, job_id) == (kind, at), f"{job_id}: entry without its pointer"
+        entries[job_id] = kind
+    return entries
+
+
+def age_finished(db, type: str, job_ids, seconds: float) -> None:
+    """Make the jobs look finished ``seconds`` earlier than they did (retention counts from
+    the time in their index entry)."""
+    from jobs import finished
+
+    @jobs.transactional
+    def body(tr):
+        for job_id in job_ids:
+            kind, at = finished.entry_of(tr, type, job_id)
+            tr.clear(keys.finished_key(type, kind, at, job_id))
+            finished.mark(tr, type, job_id, kind == "failed", at - seconds)
+
+    body(db)

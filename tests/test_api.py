@@ -37,7 +37,8 @@ PINNED = {
     "pending_count", "accept", "update", "finish", "resubmit", "is_resubmitted", "transactional",
     "JobsError", "NotFound", "Halt", "NoTypeTimeout", "JobDataError",
 }  # fmt: skip
-EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
+EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError",
+         "set_retention", "get_retention", "clear_retention", "prune", "Retention"}
 
 
 def test_exported_names():

@@ -1,0 +1,114 @@
+"""Pruning finished jobs kept longer than their type's retention (``retention.py``),
+oldest first, from the index of finished jobs (``finished.py``): one bounded batch per
+transaction (:func:`prune_batch`, what the activity monitor runs), or all of it by hand
+(:func:`prune`, ``jobs prune``).  Removing a job clears every key of it (the creator's
+``remove_row``), so a pruned job is gone as if ``remove`` had removed it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import checks, finished as finished_index, keys, rows
+from .calls import within_store
+from .creator import remove_row
+from .engine import error_code, value_of
+from .engine.errors import MAYBE_COMMITTED
+from .engine.transactional import run
+from .retention import KEEP_FOREVER, retentions
+from .status import job_types
+
+BATCH = 100  # jobs removed per transaction (each removal clears a handful of keys)
+BACKFILL_PAGE = 500  # rows looked at per backfill transaction
+
+
+def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH) -> tuple[list[str], bool]:
+    """Remove up to ``limit`` jobs of ``kind`` (``"finished"`` or ``"failed"``) that
+    finished at or before ``up_to`` (seconds since the epoch), with all their keys.
+    Returns ``(removed ids, more)``, ``more`` when the batch was full.  Each job is re-read:
+    one that changed since it was indexed is left alone (its stale entry dropped), so
+    several pruners, and retries, only remove what is still finished and old."""
+    entries = finished_index.oldest(tr, type, kind, up_to, limit)
+    # every job's row and pointer read at once (one round trip on FoundationDB, not 2 x 100)
+    reads = [(tr.get(keys.data_key(type, job_id)), finished_index.entry_future(tr, type, job_id))
+             for _key, _at, job_id in entries]
+    removed = []
+    for (key, at, job_id), (raw_row, entry) in zip(entries, reads):
+        row = rows.decode(value_of(raw_row), type, job_id)
+        if row is not None and row.state == "finished" and finished_index.entry_in(entry) == (kind, at):
+            remove_row(tr, type, job_id, row)
+            removed.append(job_id)
+        else:
+            tr.clear(key)
+    return removed, len(entries) == limit
+
+
+def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH) -> tuple[list[str], bool]:
+    """:func:`prune_batch` in a transaction of its own, retried.  After a commit whose
+    result is unknown (1021), a retry that finds every job that attempt removed gone
+    reports them as removed (by it, or by another pruner just then: gone either way);
+    after a conflict (1020) it starts over, so concurrent pruners count each job once."""
+    tr = db.create_transaction()
+    unknown = None  # what an attempt whose commit may have happened removed
+    try:
+        while True:
+            out = None
+            try:
+                if unknown is not None and not any(_indexed(tr, type, job_id) for job_id in unknown[0]):
+                    return unknown
+                out = prune_batch(tr, type, kind, up_to, limit)
+                tr.commit().wait()
+                return out
+            except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
+                if error_code(exc) is None:
+                    raise
+                unknown = out if error_code(exc) in MAYBE_COMMITTED else None
+                tr.on_error(exc).wait()
+    finally:
+        close = getattr(tr, "close", None)
+        if close is not None:
+            close()
+
+
+def _indexed(tr, type: str, job_id: str) -> bool:
+    return tr.snapshot.get(keys.finished_job_key(type, job_id)).wait().present()
+
+
+def backfill_all(db, type: str) -> None:
+    """Index every job of ``type`` finished before the index existed (``finished.backfill``),
+    one page per transaction, until done.  Takes a database."""
+    while not run(db, finished_index.backfill, type, BACKFILL_PAGE):
+        pass
+
+
+def prune(db, type: str | None = None, *, older_than: float | None = None, failed: bool = False) -> list[tuple[str, str]]:
+    """Remove, now, the finished jobs (``failed``: the failed ones) of ``type`` (None: every
+    type with a retention, or every type with finished jobs when ``older_than`` is given)
+    that finished more than ``older_than`` seconds ago (None: the type's retention; types
+    that keep them forever are skipped).  Jobs finished before the index existed are
+    indexed first (as ``finished.backfill``: only failed ones can be old enough then).
+    Returns ``(type, id)`` of the jobs removed.  Takes a database: :data:`BATCH` jobs per
+    transaction.  ValueError for a bad period or type."""
+    if type is not None:
+        checks.name(type, "type")
+    older_than = None if older_than is None else checks.seconds(older_than, "older_than")
+    kind = "failed" if failed else "finished"
+    now = time.time()
+    periods = within_store(db, retentions)
+    if type is not None:
+        types = [type]
+    elif older_than is None:
+        types = sorted(periods)
+    else:
+        types = run(db, job_types)
+    removed = []
+    for t in types:
+        period = older_than if older_than is not None else periods.get(t, KEEP_FOREVER).period(kind)
+        if period is None:
+            continue
+        backfill_all(db, t)
+        more = True
+        while more:
+            ids, more = prune_page(db, t, kind, now - period)
+            removed.extend((t, job_id) for job_id in ids)
+    return removed

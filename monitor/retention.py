@@ -1,0 +1,59 @@
+"""The activity monitor's retention pass: per type with a retention (``jobs.retention``),
+remove finished jobs kept longer than it, oldest first, in bounded amounts so that one pass
+never holds the monitor up, however many jobs are due (the rest go at the next passes).
+
+Each pass per type: one page of the one-time backfill (jobs finished before the index
+existed) until the store records it done, then at most :data:`PER_PASS` jobs of each kind,
+:data:`jobs.pruning.BATCH` per transaction.  Several monitors may prune the same type at
+once: each removal re-reads its job, so a job is removed once and nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import time
+
+from jobs import pruning
+from jobs.engine.transactional import run
+from jobs.finished import KINDS, backfill
+from jobs.retention import retentions
+
+PER_PASS = 1_000  # jobs of one kind of one type removed per pass, at most
+
+
+class Pruner:
+    """Prunes the types of ``types`` (None: every type with a retention) of store ``db``;
+    ``removed`` counts the jobs it removed."""
+
+    def __init__(self, db, types: list[str] | None = None, per_pass: int = PER_PASS, batch: int = pruning.BATCH):
+        self.db, self.types = db, types
+        self.per_pass, self.batch = per_pass, batch
+        self.removed = 0
+        self._backfilled: set[str] = set()  # types whose backfill the store records done
+
+    def prune(self) -> int:
+        """One pass; returns how many jobs it removed."""
+        periods = run(self.db, retentions)
+        total = 0
+        for type, retention in sorted(periods.items()):
+            if self.types is not None and type not in self.types:
+                continue
+            if type not in self._backfilled and run(self.db, backfill, type, pruning.BACKFILL_PAGE):
+                self._backfilled.add(type)
+            now = time.time()
+            for kind in KINDS:
+                period = retention.period(kind)
+                if period is not None:
+                    total += self._prune_kind(type, kind, now - period)
+        self.removed += total
+        return total
+
+    def _prune_kind(self, type: str, kind: str, up_to: float) -> int:
+        """At most ``per_pass`` jobs, in at most that many entries looked at (stale entries,
+        left by jobs changed since, are dropped and count against the bound too)."""
+        done = 0
+        for start in range(0, self.per_pass, self.batch):
+            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, self.per_pass - start))
+            done += len(ids)
+            if not more:
+                break
+        return done

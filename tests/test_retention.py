@@ -1,0 +1,329 @@
+"""Retention: finished jobs (and failed ones, on their own period) are removed once they
+are older than their type's retention, by a running activity monitor in bounded batches or
+by ``jobs.prune``; the index they are found by follows every change of a job's state; a
+store written before the index existed is indexed once; and a steady workload keeps the
+store's size flat.  Ages come from the index's finish times, which tests move back
+(``stored.age_finished``) rather than wait: nothing here asserts how fast."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+
+import pytest
+
+import jobs
+import processors
+from jobs import finished, keys, pruning
+from jobs.engine.faults import FaultInjectingDatabase
+from monitor import ActivityMonitor
+
+from stored import age_finished, indexed, snapshot
+from waiting import wait_until
+
+T = "t"
+DAY = 86_400.0
+
+
+@pytest.fixture(autouse=True)
+def type_timeout(db):
+    jobs.set_type_timeout(db, T, 60)
+
+
+def run_jobs(db, ids, failed=False, type=T):
+    """Add, accept and finish each job of ``ids`` (``failed``: finished failed)."""
+    for job_id in ids:
+        jobs.add(db, type, job_id, {"n": job_id})
+        job = jobs.accept(db, type, timeout=0)
+        assert job is not None and job.id == job_id
+        jobs.finish(db, job, {"done": job_id}, failed="broke" if failed else False)
+
+
+def job_ids(db, type=T) -> set[str]:
+    return {info.id for info in jobs.get_jobs(db, type)}
+
+
+# --- the setting -------------------------------------------------------------------------
+
+
+def test_set_get_clear_retention(db):
+    assert jobs.get_retention(db, T) == jobs.Retention(None, None)  # keep forever: the default
+    jobs.set_retention(db, T, finished=3600, failed=7 * DAY)
+    assert jobs.get_retention(db, T) == jobs.Retention(3600.0, 7 * DAY)
+    jobs.set_retention(db, T, failed=60)
+    assert jobs.get_retention(db, T) == jobs.Retention(None, 60.0)
+    jobs.clear_retention(db, T)
+    assert jobs.get_retention(db, T) == jobs.Retention(None, None)
+    jobs.set_retention(db, T, finished=0)
+    jobs.set_retention(db, T)  # both None: keep forever, no key left
+    assert not [k for k, _v in snapshot(db) if k.startswith(keys.RETENTION.key())]
+
+
+@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, True, "60"])
+def test_bad_retention_writes_nothing(db, bad):
+    before = snapshot(db)
+    with pytest.raises(ValueError):
+        jobs.set_retention(db, T, finished=bad)
+    with pytest.raises(ValueError):
+        jobs.set_retention(db, T, finished=60, failed=bad)
+    with pytest.raises(ValueError):
+        jobs.set_retention(db, "bad\ntype", finished=60)
+    with pytest.raises(ValueError):
+        jobs.prune(db, T, older_than=bad)
+    assert snapshot(db) == before
+
+
+# --- the index of finished jobs -------------------------------------------------------------
+
+
+def test_index_follows_every_change_of_state(db):
+    run_jobs(db, ["readd", "resubmit", "remove", "keep"])
+    run_jobs(db, ["retry", "discard"], failed=True)
+    assert indexed(db) == {"readd": "finished", "resubmit": "finished", "remove": "finished",
+                           "keep": "finished", "retry": "failed", "discard": "failed"}
+    jobs.add(db, T, "readd", {})
+    jobs.resubmit(db, jobs.get_job(db, T, "resubmit"))
+    jobs.remove(db, T, "remove")
+    processors.retry_failed(db, T, "retry")
+    processors.discard_failed(db, T, "discard")
+    assert indexed(db) == {"keep": "finished"}
+    # a job flagged for resubmission is pending again when it finishes: not indexed
+    jobs.add(db, T, "again", {})
+    job = jobs.accept(db, T, timeout=0)
+    jobs.add(db, T, job.id, {})
+    jobs.finish(db, job)
+    assert jobs.get_job_state(db, T, job.id) == "pending" and job.id not in indexed(db)
+
+
+@pytest.mark.parametrize("unknown", [1.0])
+def test_writes_are_idempotent_under_1021(db, unknown):
+    faulty = FaultInjectingDatabase(db, unknown_committed=unknown)
+    jobs.set_retention(faulty, T, finished=3600, failed=60)
+    assert jobs.get_retention(db, T) == jobs.Retention(3600.0, 60.0)
+    run_jobs(faulty, ["a", "b", "c"])
+    run_jobs(faulty, ["f"], failed=True)
+    assert indexed(db) == {"a": "finished", "b": "finished", "c": "finished", "f": "failed"}
+    jobs.add(faulty, T, "a", {})
+    jobs.remove(faulty, T, "b")
+    assert indexed(db) == {"c": "finished", "f": "failed"}
+    age_finished(db, T, ["c", "f"], 2 * DAY)
+    assert jobs.prune(faulty, T) == [(T, "c")]  # reported although the retry found it gone
+    assert jobs.prune(faulty, T, failed=True) == [(T, "f")]
+    assert job_ids(db) == {"a"} and indexed(db) == {}
+    assert faulty.injected["unknown_committed"] > 0
+    jobs.clear_retention(faulty, T)
+    assert jobs.get_retention(db, T) == jobs.Retention(None, None)
+
+
+# --- pruning --------------------------------------------------------------------------------
+
+
+def test_running_monitor_prunes_old_finished_jobs_and_keeps_young_ones(db):
+    jobs.set_retention(db, T, finished=3600)
+    run_jobs(db, ["old-1", "old-2", "young"])
+    run_jobs(db, ["old-failed"], failed=True)
+    age_finished(db, T, ["old-1", "old-2", "old-failed"], 2 * 3600)
+    monitor = ActivityMonitor(db).start()
+    try:
+        assert wait_until(lambda: job_ids(db) == {"young", "old-failed"})
+    finally:
+        monitor.stop()
+    assert monitor.pruner.removed == 2
+    with pytest.raises(jobs.NotFound):
+        jobs.get_job(db, T, "old-1")
+    assert indexed(db) == {"young": "finished", "old-failed": "failed"}  # failed: kept forever
+
+
+def test_failed_jobs_follow_their_own_period(db):
+    jobs.set_retention(db, T, finished=DAY, failed=60)
+    run_jobs(db, ["ok"])
+    run_jobs(db, ["bad"], failed=True)
+    age_finished(db, T, ["ok", "bad"], 120)
+    monitor = ActivityMonitor(db).start()
+    try:
+        assert wait_until(lambda: job_ids(db) == {"ok"})
+    finally:
+        monitor.stop()
+    assert processors.failed_jobs(db, T) == []
+
+
+def test_prune_by_hand(db):
+    run_jobs(db, ["a", "b"])
+    run_jobs(db, ["f"], failed=True)
+    jobs.add(db, T, "pending", {})
+    assert jobs.prune(db) == []  # no retention: nothing
+    assert jobs.prune(db, T, older_than=3600) == []  # too young
+    age_finished(db, T, ["a"], 7200)
+    assert jobs.prune(db, T, older_than=3600) == [(T, "a")]
+    assert jobs.prune(db, older_than=0) == [(T, "b")]  # every type; failed ones apart
+    assert jobs.prune(db, T, older_than=0, failed=True) == [(T, "f")]
+    assert job_ids(db) == {"pending"} and indexed(db) == {}
+    with pytest.raises(ValueError):
+        jobs.prune(db, "", older_than=0)
+
+
+def test_a_monitor_pass_prunes_in_bounded_batches(db, monkeypatch):
+    jobs.set_retention(db, T, finished=60)
+    run_jobs(db, [f"j{i:03}" for i in range(250)])
+    age_finished(db, T, [f"j{i:03}" for i in range(250)], 120)
+    batches = []
+    prune_batch = pruning.prune_batch
+
+    def counted(tr, *args, **kwargs):
+        removed, more = prune_batch(tr, *args, **kwargs)
+        batches.append(len(removed))
+        return removed, more
+
+    monkeypatch.setattr(pruning, "prune_batch", counted)
+    monitor = ActivityMonitor(db)
+    monitor.pruner.per_pass = 150
+    monitor.check()
+    assert monitor.pruner.removed == 150 and len(job_ids(db)) == 100  # the oldest first
+    assert job_ids(db) == {f"j{i:03}" for i in range(150, 250)}
+    monitor.check()
+    assert monitor.pruner.removed == 250 and job_ids(db) == set()
+    assert batches and max(batches) <= pruning.BATCH  # per transaction
+
+
+def test_two_monitors_prune_each_job_once(db):
+    jobs.set_retention(db, T, finished=60)
+    ids = [f"j{i}" for i in range(120)]
+    run_jobs(db, ids)
+    age_finished(db, T, ids, 120)
+    monitors = [ActivityMonitor(db).start(), ActivityMonitor(db).start()]
+    try:
+        assert wait_until(lambda: job_ids(db) == set())
+    finally:
+        for m in monitors:
+            m.stop()
+    assert sum(m.pruner.removed for m in monitors) == 120
+    assert not [k for k, _v in snapshot(db) if k.startswith(keys.FINISHED.key())]
+
+
+def test_a_monitor_pass_is_idempotent_under_1021(db):
+    jobs.set_retention(db, T, finished=60, failed=60)
+    ids = [f"j{i:03}" for i in range(130)]
+    run_jobs(db, ids)
+    run_jobs(db, ["f"], failed=True)
+    age_finished(db, T, [*ids, "f"], 120)
+    faulty = FaultInjectingDatabase(db, unknown_committed=1.0)
+    monitor = ActivityMonitor(faulty)
+    monitor.check()
+    assert job_ids(db) == set() and monitor.pruner.removed == 131  # each counted once
+    assert faulty.injected["unknown_committed"] >= 3  # the backfill's, and two batches of finished jobs
+
+
+# --- stores written before the index existed ------------------------------------------------
+
+
+def forget_index(db) -> None:
+    """Make the store what a release without the index wrote: the same rows and failed
+    index, no ``finished`` or ``finished_job`` keys."""
+
+    @jobs.transactional
+    def body(tr):
+        for space in (keys.FINISHED, keys.FINISHED_JOB):
+            r = space.range()
+            tr.clear_range(r.start, r.stop)
+
+    body(db)
+
+
+def test_jobs_finished_before_the_index_are_indexed_once_and_pruned(db):
+    run_jobs(db, [f"ok{i}" for i in range(7)])
+    run_jobs(db, ["bad"], failed=True)
+    jobs.add(db, T, "pending", {})
+    forget_index(db)
+    assert indexed(db) == {}
+    page = jobs.transactional(lambda tr: finished.backfill(tr, T, 3))
+    assert page(db) is False  # 9 rows, 3 a page: resumable from the last row looked at
+    assert jobs.transactional(lambda tr: finished.backfill_state(tr, T))(db) == (False, "ok1")
+    faulty = FaultInjectingDatabase(db, unknown_committed=1.0)
+    while not page(faulty):
+        pass
+    assert indexed(db) == {**{f"ok{i}": "finished" for i in range(7)}, "bad": "failed"}
+    # the failed one kept its failure's time; the others count from the backfill
+    jobs.set_retention(db, T, finished=3600, failed=0)
+    monitor = ActivityMonitor(db)
+    monitor.check()
+    assert "bad" not in job_ids(db) and len(job_ids(db)) == 8
+    assert jobs.prune(db, T, older_than=0) == [(T, f"ok{i}") for i in range(7)]
+
+
+def test_a_monitor_backfills_an_old_store(db):
+    run_jobs(db, ["old"], failed=True)
+    forget_index(db)
+    jobs.set_retention(db, T, failed=0)
+    monitor = ActivityMonitor(db).start()
+    try:
+        assert wait_until(lambda: job_ids(db) == set())
+    finally:
+        monitor.stop()
+
+
+# --- the store's size stays flat --------------------------------------------------------------
+
+
+def job_keys(db) -> int:
+    return len(snapshot(db))
+
+
+def test_store_size_stays_flat_under_a_steady_workload(db):
+    """2000 jobs (after a first one) added, run and finished in rounds of 100 beside a running monitor, with a
+    retention of 0.2 s: after every round, the job layer's keys come back under the keys of
+    one round's jobs (3 per finished job) plus the type's own; without retention they would
+    grow by 3 per job."""
+    jobs.set_retention(db, T, finished=0.2)
+    monitor = ActivityMonitor(db).start()
+    counts = []
+    try:
+        run_jobs(db, ["first"])  # the type's own keys: timeout, retention, watches, backfill...
+        assert wait_until(lambda: job_ids(db) == set())
+        base = job_keys(db)
+        bound = base + 3 * 100
+        for round in range(20):
+            run_jobs(db, [f"r{round}-{i}" for i in range(100)])
+            assert wait_until(lambda: job_keys(db) <= bound), f"round {round}: {job_keys(db)} keys"
+            counts.append(job_keys(db))
+        assert wait_until(lambda: job_keys(db) <= base)
+    finally:
+        monitor.stop()
+    assert max(counts) <= bound and monitor.pruner.removed == 2001
+
+
+# --- the jobs command ---------------------------------------------------------------------------
+
+
+def test_jobs_command(db, tmp_path, capsys):
+    if not hasattr(db, "path"):
+        pytest.skip("the command opens the store by URL: a file store")
+    from jobsctl import cli
+
+    def jobs_cmd(*argv, json=False):
+        code = cli.main(["--store", f"sqlite:{db.path}", *map(str, argv), *(["--json"] if json else [])])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = jobs_cmd("set-retention", T, "--finished", "7d", "--failed", "90")
+    assert code == 0 and out.strip() == f"{T}: finished jobs kept 7d00h, failed jobs kept 1m30s"
+    assert jobs.get_retention(db, T) == jobs.Retention(7 * DAY, 90.0)
+    code, out, _ = jobs_cmd("status", json=True)
+    assert orjson.loads(out)["types"][0]["retention"] == {"finished": 7 * DAY, "failed": 90.0}
+    assert "t: finished 7d00h, failed 1m30s" in jobs_cmd("status")[1]
+    run_jobs(db, ["a", "b"])
+    run_jobs(db, ["f"], failed=True)
+    age_finished(db, T, ["a", "f"], 8 * DAY)
+    code, out, _ = jobs_cmd("prune")
+    assert code == 0 and out.splitlines() == [f"{T}/a", "removed 1 finished job(s)"]
+    code, out, _ = jobs_cmd("prune", T, "--failed", json=True)
+    assert orjson.loads(out)["removed"] == [{"type": T, "id": "f"}]
+    code, out, _ = jobs_cmd("prune", "--older-than", "0")
+    assert out.splitlines() == [f"{T}/b", "removed 1 finished job(s)"]
+    code, out, _ = jobs_cmd("clear-retention", T)
+    assert code == 0 and jobs.get_retention(db, T) == jobs.Retention(None, None)
+    assert "retention" not in jobs_cmd("status")[1]
+    before = snapshot(db)
+    assert jobs_cmd("set-retention", T, "--finished", "-1")[0] == 2  # a usage error
+    assert jobs_cmd("prune", "--older-than", "soon")[0] == 2
+    assert snapshot(db) == before
