@@ -9,7 +9,7 @@
 See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data model and
 ``jobs.aio`` for async twins.  Beyond couch_jobs' API: ``release`` hands a running job back
 to pending at once (a worker shutting down); ``accept_many`` takes a batch of jobs in one
-transaction.
+transaction; ``pause`` and ``resume`` stop and restart every worker's accepts of a type.
 """
 
 from .subscriptions import subscribe, unsubscribe, wait
@@ -27,11 +27,14 @@ from .api import (
     get_type_timeout,
     get_types,
     is_held,
+    is_paused,
     is_resubmitted,
+    pause,
     pending_count,
     release,
     remove,
     resubmit,
+    resume,
     set_type_timeout,
     update,
 )
@@ -81,6 +84,10 @@ __all__ = [
     "release",
     "is_held",
     "accept_many",
+    # queue controls
+    "pause",
+    "resume",
+    "is_paused",
     # errors
     "JobsError",
     "NotFound",

@@ -42,11 +42,14 @@ __all__ = [
     "get_type_timeout",
     "get_types",
     "is_held",
+    "is_paused",
     "is_resubmitted",
+    "pause",
     "pending_count",
     "release",
     "remove",
     "resubmit",
+    "resume",
     "set_type_timeout",
     "subscribe",
     "unsubscribe",
@@ -95,6 +98,9 @@ finish = _twin(api.finish)
 resubmit = _twin(api.resubmit)
 release = _twin(api.release)
 is_held = _twin(api.is_held)
+pause = _twin(api.pause)
+resume = _twin(api.resume)
+is_paused = _twin(api.is_paused)
 is_resubmitted = api.is_resubmitted  # no I/O: the same function
 subscribe = _twin(subscriptions.subscribe)
 unsubscribe = subscriptions.unsubscribe  # no I/O: the same function

@@ -11,6 +11,8 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "failed", Type, JobId)          = (at, reason): finished failed (layout 2)
     ("jobs", "lost", Type)                   = 8-byte little-endian counter (atomic add):
                                                re-enqueues by activity monitors (layout 2)
+    ("jobs", "paused", Type)                 = (since,): no accept takes the type's jobs
+                                               (``pausing.py``)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -57,6 +59,7 @@ ACTIVITY_TIMEOUT = ROOT["activity_timeout"]
 ACTIVITY = ROOT["activity"]
 FAILED = ROOT["failed"]
 LOST = ROOT["lost"]
+PAUSED = ROOT["paused"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -116,6 +119,10 @@ def failed_key(type: str, job_id: str) -> bytes:
 
 def lost_counter_key(type: str) -> bytes:
     return LOST.pack((type,))
+
+
+def paused_key(type: str) -> bytes:
+    return PAUSED.pack((type,))
 
 
 def check_key_sizes(type: str, job_id: str) -> None:

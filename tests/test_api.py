@@ -38,6 +38,7 @@ PINNED = {
     "JobsError", "NotFound", "Halt", "NoTypeTimeout", "JobDataError",
 }  # fmt: skip
 EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError"}
+EXTRA |= {"pause", "resume", "is_paused"}  # queue controls (issue 14)
 
 
 def test_exported_names():
