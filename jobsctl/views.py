@@ -123,6 +123,10 @@ def human_status(st: status_mod.Status) -> str:
              t.running, t.finished, t.failed, t.lost, ago(t.last_change)] for t in st.types]
     out = [table(["TYPE", "TIMEOUT", "PENDING", "DUE", "LONGEST WAIT", "RUNNING", "FINISHED", "FAILED",
                    "LOST", "LAST CHANGE"], rows)]
+    paused = [[t.type, "-" if t.paused_since is None else when(t.paused_since, st.now)] for t in st.types if t.paused]
+    if paused:
+        out.append("paused types: no worker takes their jobs ('jobs resume TYPE'):\n"
+                   + table(["TYPE", "PAUSED SINCE"], paused))
     running = [[t.type, r.id, ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     if running:
         out.append("running jobs, least recently active first:\n"
@@ -161,6 +165,8 @@ HUMAN = {
     if docs else "(no job types)",
     "set-timeout": lambda d: f"{d['type']}: timeout {seconds(d['timeout'])}",
     "status": human_status,
+    "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobs resume {d['type']}'"),
+    "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again"),
     "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",
     "gc": lambda d: "\n".join([*(printable(loc) for loc in d["deleted"]),
                                 f"deleted {len(d['deleted'])} location(s) trashed more than {d['grace']:g}s ago; "
