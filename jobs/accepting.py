@@ -88,9 +88,8 @@ class AcceptCall:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait (none
         due, or the type paused); or None: attempt again at once (a stale queue entry was
         dropped, or nothing was taken in an attempt that wrote ``also``, where no watch is
-        set).  ``also(tr)``, if given,
-        writes the caller's own changes in the same transaction (committed in every case;
-        e.g. a worker's finished jobs)."""
+        set).  ``also(tr)``, if given, writes the caller's own changes in the same
+        transaction (committed in every case; e.g. a worker's finished jobs)."""
         return run(self.db, self._body, also)
 
     def _body(self, tr, also=None):
