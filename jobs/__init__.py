@@ -9,7 +9,8 @@
 See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data model and
 ``jobs.aio`` for async twins.  Beyond couch_jobs' API: ``release`` hands a running job back
 to pending at once (a worker shutting down); ``accept_many`` takes a batch of jobs in one
-transaction; ``add(..., priority=N)`` puts a job in a priority band (lower runs first).
+transaction; ``add(..., priority=N)`` puts a job in a priority band (lower runs first);
+``pause`` and ``resume`` stop and restart every worker's accepts of a type.
 """
 
 from .subscriptions import subscribe, unsubscribe, wait
@@ -27,11 +28,14 @@ from .api import (
     get_type_timeout,
     get_types,
     is_held,
+    is_paused,
     is_resubmitted,
+    pause,
     pending_count,
     release,
     remove,
     resubmit,
+    resume,
     set_type_timeout,
     update,
 )
@@ -89,6 +93,10 @@ __all__ = [
     "clear_retention",
     "prune",
     "Retention",
+    # queue controls
+    "pause",
+    "resume",
+    "is_paused",
     # errors
     "JobsError",
     "NotFound",

@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from . import checks, keys, pending, rows
+from . import checks, keys, pausing, pending, rows
 from .codec import Row, decode_data
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
@@ -42,9 +42,9 @@ def this_worker() -> str:
 
 @dataclass(frozen=True)
 class Wait:
-    """Nothing to take: wait on ``watch`` (fires when a job of the type is enqueued), and
-    no later than ``due``, when the earliest future job falls due (wall clock; None: no
-    such job, or the call does not take future jobs)."""
+    """Nothing to take: wait on ``watch`` (fires when a job of the type is enqueued or the
+    type resumes), and no later than ``due``, when the earliest future job falls due (wall
+    clock; None: no such job, the type is paused, or the call does not take future jobs)."""
 
     watch: object
     due: float | None
@@ -85,11 +85,11 @@ class AcceptCall:
     # --- one attempt ---------------------------------------------------------------------
 
     def attempt(self, also=None) -> list[Job] | Wait | None:
-        """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait; or
-        None: attempt again at once (a stale queue entry was dropped, or nothing was due
-        in an attempt that wrote ``also``, where no watch is set).  ``also(tr)``, if given,
-        writes the caller's own changes in the same transaction (committed in every case;
-        e.g. a worker's finished jobs)."""
+        """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait (none
+        due, or the type paused); or None: attempt again at once (a stale queue entry was
+        dropped, or nothing was taken in an attempt that wrote ``also``, where no watch is
+        set).  ``also(tr)``, if given, writes the caller's own changes in the same
+        transaction (committed in every case; e.g. a worker's finished jobs)."""
         return run(self.db, self._body, also)
 
     def _body(self, tr, also=None):
@@ -97,20 +97,18 @@ class AcceptCall:
         if also is not None:
             also(tr)
         store = keys.store_id_future(tr)
+        paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
         mine = self._already_mine(tr)
-        if mine:
+        if mine:  # (taken before any pause that committed since: it conflicted otherwise)
             store_id = keys.store_id_of(store)
             return [self._job(job_id, row, store_id) for job_id, row in mine]
         max_stime = time.time() if self.max_sched_time is None else self.max_sched_time
-        ids = pending.dequeue_many(tr, self.type, max_stime, self.limit, self.no_schedule)
+        picked = pending.pick(tr, self.type, max_stime, self.limit, self.no_schedule)
+        if value_of(paused) is not None:
+            return self._nothing(tr, also, None)
+        ids = pending.take(tr, picked)
         if not ids:
-            if also is not None:
-                # This transaction wrote the caller's changes: a watch here (a read) would
-                # make it conflict with every enqueue meanwhile.  Attempt again, read-only.
-                return None
-            takes_future_jobs = self.max_sched_time is None and not self.no_schedule
-            due = pending.next_due(tr, self.type, max_stime) if takes_future_jobs else None
-            return Wait(pending.watch(tr, self.type), due)
+            return self._nothing(tr, also, max_stime)
         futures = [tr.get(keys.data_key(self.type, job_id)) for job_id in ids]  # read in parallel
         taken = []
         worker = this_worker()
@@ -129,6 +127,17 @@ class AcceptCall:
             return None
         store_id = keys.store_id_of(store)
         return [self._job(job_id, row, store_id) for job_id, row in taken]
+
+    def _nothing(self, tr, also, max_stime: float | None):
+        """Nothing to take (``max_stime`` None: the type is paused, so no future job
+        matters until it resumes): a Wait, or None when this transaction wrote ``also``."""
+        if also is not None:
+            # This transaction wrote the caller's changes: a watch here (a read) would
+            # make it conflict with every enqueue meanwhile.  Attempt again, read-only.
+            return None
+        takes_future_jobs = max_stime is not None and self.max_sched_time is None and not self.no_schedule
+        due = pending.next_due(tr, self.type, max_stime) if takes_future_jobs else None
+        return Wait(pending.watch(tr, self.type), due)
 
     def _job(self, job_id: str, row: Row, store_id) -> Job:
         return Job(self.type, job_id, decode_data(row.data), self.lock, store_id, lost=row.lost)

@@ -44,12 +44,15 @@ __all__ = [
     "get_type_timeout",
     "get_types",
     "is_held",
+    "is_paused",
     "is_resubmitted",
+    "pause",
     "pending_count",
     "prune",
     "release",
     "remove",
     "resubmit",
+    "resume",
     "set_retention",
     "set_type_timeout",
     "subscribe",
@@ -99,6 +102,9 @@ finish = _twin(api.finish)
 resubmit = _twin(api.resubmit)
 release = _twin(api.release)
 is_held = _twin(api.is_held)
+pause = _twin(api.pause)
+resume = _twin(api.resume)
+is_paused = _twin(api.is_paused)
 is_resubmitted = api.is_resubmitted  # no I/O: the same function
 subscribe = _twin(subscriptions.subscribe)
 set_retention = _twin(retention.set_retention)

@@ -1,6 +1,7 @@
 """The job API in one namespace (couch_jobs.erl's part), and the contract its calls share.
 
-The calls live by concern: ``type_timeouts`` (type timeouts, ``get_types``), ``creator``
+The calls live by concern: ``type_timeouts`` (type timeouts, ``get_types``), ``pausing``
+(``pause``, ``resume``, ``is_paused``), ``creator``
 (``add``, ``remove``), ``reading`` (``get_job*``, ``get_jobs``, ``get_run_info``, ...),
 ``worker`` (``accept`` and the calls fenced by a Job's lock); ``calls`` holds what they
 share.
@@ -14,8 +15,8 @@ raised inside a transaction leaves nothing written by the call.
 Retries after ``commit_unknown_result`` (1021) re-run a transaction that may have
 committed; every write path gives the right answer when that happens:
 
-* ``add``, ``update``, ``resubmit``, ``set_type_timeout``, ``clear_type_timeout``: running
-  them again gives the same end state.
+* ``add``, ``update``, ``resubmit``, ``set_type_timeout``, ``clear_type_timeout``,
+  ``pause``, ``resume``: running them again gives the same end state.
 * ``accept``: see ``accepting.py`` (the lock is drawn once per call; a retry returns the
   job an earlier attempt locked).
 * ``finish``: a finish records its lock in the row (``LastLock``); a finish that finds its
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 from .creator import add, remove
 from .job import Job, JobInfo
+from .pausing import is_paused, pause, resume
 from .reading import (
     get_active_jobs_ids,
     get_job,
@@ -64,11 +66,14 @@ __all__ = [
     "get_type_timeout",
     "get_types",
     "is_held",
+    "is_paused",
     "is_resubmitted",
+    "pause",
     "pending_count",
     "release",
     "remove",
     "resubmit",
+    "resume",
     "set_type_timeout",
     "update",
 ]

@@ -18,6 +18,8 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "finished_job", Type, JobId)    = (Kind, At): the job's entry in ``finished``
     ("jobs", "retention", Type)              = (finished seconds | None, failed seconds | None)
     ("jobs", "retention_backfill", Type)     = (done, last JobId looked at | None)
+    ("jobs", "paused", Type)                 = (since,): no accept takes the type's jobs
+                                               (``pausing.py``)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -86,6 +88,7 @@ FINISHED = ROOT["finished"]
 FINISHED_JOB = ROOT["finished_job"]
 RETENTION = ROOT["retention"]
 RETENTION_BACKFILL = ROOT["retention_backfill"]
+PAUSED = ROOT["paused"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -214,6 +217,10 @@ def retention_key(type: str) -> bytes:
 
 def retention_backfill_key(type: str) -> bytes:
     return RETENTION_BACKFILL.pack((type,))
+
+
+def paused_key(type: str) -> bytes:
+    return PAUSED.pack((type,))
 
 
 def check_key_sizes(type: str, job_id: str) -> None:

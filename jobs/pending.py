@@ -40,7 +40,12 @@ def enqueue(tr, type: str, priority: int, stime: float, job_id: str) -> None:
     # The value: when the job was enqueued (wall clock of the enqueuing machine, for people:
     # ``jobs status`` shows how long due jobs have waited; nothing decides on it).
     tr.set(keys.pending_key(type, priority, stime, job_id), _QUEUED_AT.pack(time.time()))
-    tr.add(keys.watches_pending_key(type), _ONE)  # wakes waiting accepts
+    wake(tr, type)
+
+
+def wake(tr, type: str) -> None:
+    """Wake the accepts waiting for jobs of ``type`` (a job was enqueued, the type resumed)."""
+    tr.add(keys.watches_pending_key(type), _ONE)
 
 
 def queued_at(value: bytes) -> float | None:
@@ -103,10 +108,19 @@ def dequeue_many(tr, type: str, max_stime: float, limit: int, no_schedule: bool 
     ids: one random job of the best band for a limit of 1; else a run of neighbours at a
     random place in the band's head (or near a random UUID), so that workers taking batches
     at once rarely collide.  One read conflict key per job taken."""
+    return take(tr, pick(tr, type, max_stime, limit, no_schedule))
+
+
+def pick(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False) -> list[bytes]:
+    """The pending keys :func:`dequeue_many` would take, read without a conflict and not
+    yet taken: a caller that reads something else meanwhile decides before :func:`take`."""
     if no_schedule:
-        picked = _pick_near_uuid(tr, type, limit)
-    else:
-        picked = _pick_from_heads(tr, type, max_stime, limit)
+        return _pick_near_uuid(tr, type, limit)
+    return _pick_from_heads(tr, type, max_stime, limit)
+
+
+def take(tr, picked: list[bytes]) -> list[str]:
+    """Take (clear) the ``picked`` pending keys; their job ids."""
     for key in picked:
         tr.add_read_conflict_key(key)  # the one conflict: another worker that took this job
         tr.clear(key)
@@ -216,7 +230,8 @@ def migrate_legacy(tr, type: str, limit: int) -> int:
 
 
 def watch(tr, type: str):
-    """Watch that fires when a job of ``type`` is enqueued (wait on it after commit).  A
+    """Watch that fires when a job of ``type`` is enqueued or the type resumes (wait on it
+    after commit).  A
     watch is a read: set it in a transaction that writes nothing, or that transaction
     conflicts with every concurrent enqueue."""
     return watch_key(tr, keys.watches_pending_key(type))

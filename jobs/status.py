@@ -14,6 +14,7 @@ every job row (see ``keys.py`` for the layout):
   ``due_asap`` counts the due jobs added with no scheduled time.
 * the most recent failures (id, when, reason), from the failed index's values.
 * the type's retention (``retention.py``): how long finished and failed jobs are kept.
+* whether the type is paused, and since when (the pauser's wall clock; ``pausing.py``).
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import activity, failed as failed_index, keys, pending, schedules as schedules_mod, type_timeouts
+from . import activity, failed as failed_index, keys, pausing, pending, schedules as schedules_mod, type_timeouts
 from .retention import KEEP_FOREVER, Retention, get_retention
 from .engine import strinc
 from .engine.transactional import run
@@ -90,6 +91,8 @@ class TypeStatus:
     recent_failures: list[Failure] = field(default_factory=list)  # most recent first
     bands: list[Band] = field(default_factory=list)  # the priority bands with pending jobs, best first
     retention: Retention = KEEP_FOREVER  # how long finished and failed jobs are kept
+    paused: bool = False  # no worker takes its jobs until it is resumed
+    paused_since: float | None = None  # when it was paused (the pauser's wall clock)
 
 
 @dataclass(frozen=True)
@@ -108,21 +111,24 @@ def versions_are_time(db) -> bool:
 
 
 def gather(db, limit: int = 10, now: float | None = None) -> Status:
-    """Status of every type that has a timeout or has jobs; at most ``limit`` running jobs
-    (least recently active first) and ``limit`` failures (most recent first) listed per
-    type (the counts cover all).  Read-only."""
+    """Status of every type that has a timeout, is paused or has jobs; at most ``limit``
+    running jobs (least recently active first) and ``limit`` failures (most recent first)
+    listed per type (the counts cover all).  Read-only."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"limit must be an int >= 0, not {limit!r}")
     now = time.time() if now is None else now
     timed = versions_are_time(db)
-    types = [_type_status(db, t, now, limit, timed) for t in run(db, job_types)]
+    names, paused = run(db, lambda tr: (job_types(tr), pausing.paused_types(tr)))
+    types = [replace(_type_status(db, t, now, limit, timed), paused=t in paused, paused_since=paused.get(t))
+             for t in names]
     return Status(now, "versions" if timed else "commits", types, schedules_mod.get_schedules(db))
 
 
 def job_types(tr) -> list[str]:
-    """Types that have a timeout or at least one job, sorted.  Jobs are found by skipping
-    from one type's rows to the next (one read per type), not by reading every row."""
-    found = set(type_timeouts.get_types(tr))
+    """Types that have a timeout, are paused or have at least one job, sorted.  Jobs are
+    found by skipping from one type's rows to the next (one read per type), not by reading
+    every row."""
+    found = set(type_timeouts.get_types(tr)) | set(pausing.paused_types(tr))
     begin, end = keys.DATA.range().start, keys.DATA.range().stop
     while (key := _first_key(tr, begin, end)) is not None:
         type = keys.DATA.unpack(key)[0]

@@ -28,6 +28,7 @@ from .commands import (
     cmd_status, cmd_types,
 )
 from .retention import HUMAN as RETENTION_HUMAN, add_commands as _add_retention_commands
+from .commands import cmd_pause, cmd_resume
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
 
@@ -88,11 +89,15 @@ def _add_job_commands(command) -> None:
 
 
 def _add_type_commands(command) -> None:
-    """Commands on job types: types, set-timeout, status (counts per type)."""
+    """Commands on job types: types, set-timeout, pause, resume, status (counts per type)."""
     command("types", cmd_types, "job types and their timeouts")
     p = command("set-timeout", cmd_set_timeout, "set how long a running job of TYPE may go without update")
     p.add_argument("type", metavar="TYPE")
     p.add_argument("seconds", metavar="SECONDS", type=float)
+    p = command("pause", cmd_pause, "stop every worker from taking jobs of TYPE (running jobs finish) until resumed")
+    p.add_argument("type", metavar="TYPE")
+    p = command("resume", cmd_resume, "let workers take jobs of TYPE again (waiting workers wake at once)")
+    p.add_argument("type", metavar="TYPE")
     p = command("status", cmd_status, "job counts per type and state, waiting and running jobs")
     p.add_argument("--limit", metavar="N", type=functools.partial(count, least=0), default=10,
                    help="running jobs (least recently active first) and failures (most recent first) "

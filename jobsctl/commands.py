@@ -108,6 +108,18 @@ def cmd_set_timeout(args):
     return {"type": args.type, "timeout": args.seconds}
 
 
+def cmd_pause(args):
+    with open_store(args) as db:
+        jobs.pause(db, args.type)
+    return {"type": args.type, "paused": True}
+
+
+def cmd_resume(args):
+    with open_store(args, create=False) as db:
+        jobs.resume(db, args.type)
+    return {"type": args.type, "paused": False}
+
+
 def cmd_status(args):
     with open_store(args, create=False) as db:
         return status_mod.gather(db, limit=args.limit)

@@ -137,6 +137,10 @@ def human_status(st: status_mod.Status) -> str:
              for t in st.types if any(b.priority for b in t.bands)]
     if bands:
         out.append("pending per priority (lower runs first): " + "; ".join(bands))
+    paused = [[t.type, "-" if t.paused_since is None else when(t.paused_since, st.now)] for t in st.types if t.paused]
+    if paused:
+        out.append("paused types: no worker takes their jobs ('jobs resume TYPE'):\n"
+                   + table(["TYPE", "PAUSED SINCE"], paused))
     running = [[t.type, r.id, ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     if running:
         out.append("running jobs, least recently active first:\n"
@@ -196,6 +200,8 @@ HUMAN = {
     "status": human_status,
     "schedules": lambda d: (printable(f"cleared the schedule of {d['cleared']}") if isinstance(d, dict)
                             else human_schedules(d)),
+    "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobs resume {d['type']}'"),
+    "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again"),
     "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",
     "gc": lambda d: "\n".join([*(printable(loc) for loc in d["deleted"]),
                                 f"deleted {len(d['deleted'])} location(s) trashed more than {d['grace']:g}s ago; "

@@ -155,6 +155,7 @@ GAUGES = (
     ("jobs_lost", "lost", "Workers lost by the type's jobs (re-enqueued by an activity monitor), in all."),
     ("jobs_oldest_due_age_seconds", "oldest_due_age", "How long the longest-waiting due job has waited."),
     ("jobs_type_timeout_seconds", "timeout", "How long a running job of the type may go without update."),
+    ("jobs_paused", "paused", "1 if the type is paused (no worker takes its jobs), else 0."),
 )
 
 
@@ -164,6 +165,8 @@ def _label(value: str) -> str:
 
 
 def _number(value: float) -> str:
+    if isinstance(value, bool):  # (a flag: 1 or 0, not Python's True)
+        return str(int(value))
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
     return repr(value)
@@ -229,7 +232,7 @@ async function refresh() {
     const r = await fetch("status", {cache: "no-store"});
     const s = await r.json();
     if (!r.ok) throw new Error(s.error);
-    fill("types", s.types.map(t => [t.type, secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
+    fill("types", s.types.map(t => [t.type + (t.paused ? " (paused)" : ""), secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
                                     t.running, t.finished, t.failed, t.lost, ago(t.last_change)]));
     fill("running", s.types.flatMap(t => t.running_jobs.map(j => [t.type, j.id, ago(j.last_activity)])));
     fill("failures", s.types.flatMap(t => t.recent_failures.map(f => [t.type, f.id, f.at, f.reason ?? "-"]))
@@ -265,7 +268,7 @@ def _rows(rows: list[list]) -> str:
 
 def dashboard_html(st: status.Status) -> str:
     """The dashboard with ``st`` in it, so that it shows the status without JavaScript."""
-    types = [[t.type, _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
+    types = [[t.type + (" (paused)" if t.paused else ""), _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
               t.finished, t.failed, t.lost, _ago(t.last_change)] for t in st.types]
     running = [[t.type, r.id, _ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     recent = sorted(((f.at, t.type, f) for t in st.types for f in t.recent_failures), key=lambda e: -e[0])

@@ -275,6 +275,37 @@ def test_status(capsys, url, db, monkeypatch):
     assert "commits ago" in out and "running jobs" in out
 
 
+def test_pause_and_resume(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.add(db, "t", "a")
+    code, out, _ = run(capsys, "--store", url, "pause", "t")
+    assert code == 0 and out.strip() == "paused t: no worker takes its jobs until 'jobs resume t'"
+    assert jobs.is_paused(db, "t") and jobs.accept(db, "t", timeout=0) is None
+    assert run_json(capsys, "--store", url, "pause", "later") == {"type": "later", "paused": True}  # no timeout yet
+
+    doc = run_json(capsys, "--store", url, "status")
+    assert [(t["type"], t["paused"]) for t in doc["types"]] == [("later", True), ("t", True)]
+    code, out, _ = run(capsys, "--store", url, "status")
+    section = out.split("paused types: no worker takes their jobs ('jobs resume TYPE'):\n")[1].split("\n\n")[0]
+    head, *rows = section.splitlines()
+    assert head.split() == ["TYPE", "PAUSED", "SINCE"] and [r.split()[0] for r in rows] == ["later", "t"]
+    assert "ago)" in rows[1]
+
+    code, out, _ = run(capsys, "--store", url, "resume", "t")
+    assert code == 0 and out.strip() == "resumed t: workers take its jobs again"
+    assert not jobs.is_paused(db, "t") and jobs.accept(db, "t", timeout=0).id == "a"
+    assert run_json(capsys, "--store", url, "resume", "later") == {"type": "later", "paused": False}
+    code, out, _ = run(capsys, "--store", url, "status")
+    assert "paused types" not in out
+    code, _, err = run(capsys, "--store", url, "pause")
+    assert code == 2 and "TYPE" in err
+    code, _, err = run(capsys, "--store", url, "pause", "a\tb")
+    assert code == 1 and "jobs: error:" in err and "control character" in err
+    nowhere = "sqlite:" + str(Path(url[len("sqlite:"):]).parent / "nosuch.sqlite")
+    code, _, err = run(capsys, "--store", nowhere, "resume", "t")
+    assert code == 1 and "jobs: error:" in err and not Path(nowhere[len("sqlite:"):]).exists()
+
+
 def test_status_counts_past_one_page(capsys, url, db, monkeypatch):
     """Ranges longer than a page are counted over several transactions."""
     monkeypatch.setattr(status, "BATCH", 3)

@@ -148,6 +148,24 @@ def test_metrics(store):
     assert m["jobs_status_gather_seconds"][None] >= 0
 
 
+def test_paused_types_in_status_metrics_and_dashboard(store):
+    fill(store)
+    jobs.pause(store, "t")
+    jobs.pause(store, "not-yet")  # paused before it has a timeout or jobs
+    with StatusServer(store, port=0, min_interval=0) as server:
+        doc = orjson.loads(get(server, "/status").body)
+        m = parse_metrics(get(server, "/metrics").body.decode())
+        page = get(server, "/").body.decode()
+        jobs.resume(store, "t")
+        after = parse_metrics(get(server, "/metrics").body.decode())
+    by_type = {t["type"]: t for t in doc["types"]}
+    assert by_type["t"]["paused"] is True and by_type["t"]["paused_since"] > 0
+    assert by_type["cleared"]["paused"] is False and by_type["cleared"]["paused_since"] is None
+    assert m["jobs_paused"] == {"t": 1.0, "not-yet": 1.0, "cleared": 0.0, WEIRD: 0.0}
+    assert "<td>t (paused)</td>" in page and "<td>not-yet (paused)</td>" in page
+    assert after["jobs_paused"]["t"] == 0.0 and after["jobs_paused"]["not-yet"] == 1.0
+
+
 # --- / ---------------------------------------------------------------------------------------
 
 
