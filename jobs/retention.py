@@ -65,6 +65,7 @@ def _store(tr, type: str, raw: bytes | None) -> None:
     if raw is None:
         tr.clear(key)
     else:
+        keys.upgrade_layout(tr)  # a release without the finished index must not finish jobs here
         tr.set(key, raw)
 
 
