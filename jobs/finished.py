@@ -2,7 +2,9 @@
 ``("jobs", "finished", Type, Kind, At, JobId)``, with ``("jobs", "finished_job", Type, JobId)
 = (Kind, At)`` pointing at each job's entry.
 
-``finish`` indexes the job in its own transaction (``Kind`` ``"failed"`` or ``"finished"``);
+``finish`` indexes the job in its own transaction (``Kind`` ``"failed"`` or ``"finished"``)
+when its type has a retention (:func:`retained`: other types pay no index writes; setting a
+retention later starts the backfill over, which indexes the jobs finished meanwhile);
 whatever next changes its run (a re-add, a resubmit, a retry) or removes it clears both
 keys (:func:`leave`), so retention finds the oldest finished jobs of a type with one range
 read, however many there are, and never decodes a row to do it.
@@ -21,11 +23,18 @@ from __future__ import annotations
 
 import time
 
-from . import failed as failed_index, keys, rows
+from . import failed as failed_index
+from . import keys, rows
 from .engine import tuple as fdb_tuple
 from .engine import value_of
 
 KINDS = ("finished", "failed")  # finished without failing; finished failed
+
+
+def retained(tr, type: str):
+    """Future of the type's retention setting, read with a conflict (present: finishes are
+    indexed), so that a finish concurrent with ``set_retention`` retries and is indexed."""
+    return tr.get(keys.retention_key(type))
 
 
 def mark(tr, type: str, job_id: str, failed: bool, at: float | None = None) -> None:

@@ -60,13 +60,16 @@ def _store(tr, type: str, raw: bytes | None) -> None:
     """Write the type's retention (None: clear it) unless it is already so: a retry after
     its own commit (1021) then writes nothing."""
     key = keys.retention_key(type)
-    if value_of(tr.get(key)) == raw:
+    current = value_of(tr.get(key))
+    if current == raw:
         return
     if raw is None:
         tr.clear(key)
-    else:
-        keys.upgrade_layout(tr)  # a release without the finished index must not finish jobs here
-        tr.set(key, raw)
+        return
+    keys.upgrade_layout(tr)  # a release without the finished index must not finish jobs here
+    if current is None:  # finishes were not indexed meanwhile: the backfill starts over
+        tr.clear(keys.retention_backfill_key(type))
+    tr.set(key, raw)
 
 
 def retentions(tr) -> dict[str, Retention]:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, failed as failed_index, finished as finished_index, keys, pending, rows
+from . import checks, keys, pending, rows
+from . import failed as failed_index
+from . import finished as finished_index
 from .accepting import AcceptCall
 from .calls import not_found, within_store
 from .codec import Row, decode_data, encode_data
+from .engine import value_of
 from .engine.transactional import LastAttempt
 from .errors import ForeignJobError, Halt
 from .job import Job, JobInfo
@@ -117,6 +120,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
     raw = None if data is None else encode_data(data)
 
     def body(tr):
+        retained = finished_index.retained(tr, job.type)  # (read beside the row)
         row = _row_of(tr, job)
         if row is not None and row.last_lock == job.lock:
             return False  # this Job's finish already committed
@@ -132,7 +136,8 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
                      Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost, row.priority))
             if failed:
                 failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
-            finished_index.mark(tr, job.type, job.id, bool(failed))
+            if value_of(retained) is not None:
+                finished_index.mark(tr, job.type, job.id, bool(failed))
         rows.bump_activity(tr, job.type)
         return True
 

@@ -2,8 +2,9 @@
 remove finished jobs kept longer than it, oldest first, in bounded amounts so that one pass
 never holds the monitor up, however many jobs are due (the rest go at the next passes).
 
-Each pass per type: one page of the one-time backfill (jobs finished before the index
-existed) until the store records it done, then at most :data:`PER_PASS` jobs of each kind,
+Each pass per type: one page of the backfill (jobs finished before the type had a
+retention, or before the index existed) until the store records it done (then one read),
+then at most :data:`PER_PASS` jobs of each kind,
 :data:`jobs.pruning.BATCH` per transaction.  Several monitors may prune the same type at
 once: each removal re-reads its job, so a job is removed once and nothing else is touched.
 """
@@ -28,7 +29,6 @@ class Pruner:
         self.db, self.types = db, types
         self.per_pass, self.batch = per_pass, batch
         self.removed = 0
-        self._backfilled: set[str] = set()  # types whose backfill the store records done
 
     def prune(self) -> int:
         """One pass; returns how many jobs it removed."""
@@ -37,8 +37,7 @@ class Pruner:
         for type, retention in sorted(periods.items()):
             if self.types is not None and type not in self.types:
                 continue
-            if type not in self._backfilled and run(self.db, backfill, type, pruning.BACKFILL_PAGE):
-                self._backfilled.add(type)
+            run(self.db, backfill, type, pruning.BACKFILL_PAGE)  # (set_retention may start it over)
             now = time.time()
             for kind in KINDS:
                 period = retention.period(kind)

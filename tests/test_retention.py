@@ -17,6 +17,7 @@ import jobs
 import processors
 from jobs import finished, keys, pruning
 from jobs.engine.faults import FaultInjectingDatabase
+from jobs.engine.transactional import run
 from monitor import ActivityMonitor
 
 from stored import age_finished, indexed, snapshot
@@ -78,6 +79,7 @@ def test_bad_retention_writes_nothing(db, bad):
 
 
 def test_index_follows_every_change_of_state(db):
+    jobs.set_retention(db, T, finished=3600)  # only types with a retention are indexed
     run_jobs(db, ["readd", "resubmit", "remove", "keep"])
     run_jobs(db, ["retry", "discard"], failed=True)
     assert indexed(db) == {"readd": "finished", "resubmit": "finished", "remove": "finished",
@@ -94,6 +96,24 @@ def test_index_follows_every_change_of_state(db):
     jobs.add(db, T, job.id, {})
     jobs.finish(db, job)
     assert jobs.get_job_state(db, T, job.id) == "pending" and job.id not in indexed(db)
+
+
+def test_only_types_with_a_retention_are_indexed_and_setting_one_indexes_the_rest(db):
+    """A type without a retention pays no index writes; setting one (again) starts the
+    backfill over, which indexes what finished meanwhile."""
+    run_jobs(db, ["before"])
+    assert indexed(db) == {}
+    jobs.set_retention(db, T, finished=3600)
+    assert run(db, finished.backfill, T, 100) is True
+    assert indexed(db) == {"before": "finished"}
+    jobs.clear_retention(db, T)
+    run_jobs(db, ["between"])
+    assert indexed(db) == {"before": "finished"}
+    jobs.set_retention(db, T, finished=3600)
+    assert run(db, finished.backfill, T, 100) is True
+    assert indexed(db) == {"before": "finished", "between": "finished"}
+    run_jobs(db, ["after"])
+    assert indexed(db)["after"] == "finished"
 
 
 @pytest.mark.parametrize("unknown", [1.0])
