@@ -21,6 +21,7 @@ from .ranges import in_ranges, merge_ranges, overlaps_spans, subtract
 # Write-buffer entry tags (what the transaction's own reads see for a key).
 _SET, _CLEAR, _ATOMIC, _UNREADABLE = 0, 1, 2, 3
 _CLEARED = (_CLEAR, None)  # a key inside a range this transaction cleared
+_MISSING = object()  # not in the read cache
 
 
 class TransactionRead:
@@ -59,6 +60,9 @@ class TransactionRead:
         self._cleared: list[tuple[bytes, bytes]] = []  # ranges cleared by this transaction
         self._log: list[tuple] = []  # mutations in call order, replayed at commit
         self._reads: list[tuple[bytes, bytes]] = []  # read conflict ranges
+        # key -> value at the read version: a key read again costs no query (FoundationDB's
+        # client caches reads in its read-your-writes layer the same way)
+        self._cache: dict[bytes, bytes | None] = {}
         self._extra_writes: list[tuple[bytes, bytes]] = []  # explicit write conflict ranges
         self._size = 0
         self._stamp_future: Future | None = None
@@ -138,10 +142,13 @@ class TransactionRead:
             if entry[0] == _UNREADABLE:
                 raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
             return Value(entry[1], self._ref)  # (the payload of a clear is None)
-        row = self._read_conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        conn = self._read_conn()
+        value = self._cache.get(key, _MISSING)
+        if value is _MISSING:
+            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+            value = self._cache[key] = row[0] if row else None
         if not snapshot:
             self._reads.append((key, key + b"\x00"))
-        value = row[0] if row else None
         if entry is not None:  # atomic ops on an unknown base: resolve against the store
             for op, param in entry[1]:
                 value = ATOMIC_OPS[op](value, param)
