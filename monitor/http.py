@@ -29,6 +29,7 @@ import orjson
 
 from jobs import keys, status
 from jobs.engine.transactional import run
+from jobs.finished import KINDS
 
 log = logging.getLogger("monitor.http")
 
@@ -158,6 +159,11 @@ GAUGES = (
     ("jobs_paused", "paused", "1 if the type is paused (no worker takes its jobs), else 0."),
 )
 
+BAND_GAUGES = (  # per type and priority band (lower runs first)
+    ("jobs_pending_by_priority", "pending", "Pending jobs of the priority band."),
+    ("jobs_due_by_priority", "due", "Due pending jobs of the priority band."),
+)
+
 
 def _label(value: str) -> str:
     """A label value escaped as the text format requires."""
@@ -184,6 +190,12 @@ def metrics_text(g: Gathered) -> str:
     for name, field, help in GAUGES:
         family(name, help, [(f'{{type="{_label(t.type)}"}}', getattr(t, field))
                             for t in types if getattr(t, field) is not None])
+    for name, field, help in BAND_GAUGES:
+        family(name, help, [(f'{{type="{_label(t.type)}",priority="{b.priority}"}}', getattr(b, field))
+                            for t in types for b in t.bands])
+    family("jobs_retention_seconds", "How long the type's finished (or failed) jobs are kept; absent: forever.",
+           [(f'{{type="{_label(t.type)}",kind="{kind}"}}', t.retention.period(kind))
+            for t in types for kind in KINDS if t.retention.period(kind) is not None])
     family("jobs_status_gather_seconds", "How long the last status gather took.", [("", g.seconds)])
     family("jobs_status_up", "1 if the last status gather succeeded, 0 if it failed.",
            [("", 0 if g.error else 1)])

@@ -100,16 +100,16 @@ def test_status_is_the_gather(db):
 
 # --- /metrics ------------------------------------------------------------------------------
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{type="((?:[^"\\\n]|\\.)*)"\})? (\S+)$')
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{type="((?:[^"\\\n]|\\.)*)"(?:,(?:priority|kind)="([^"]*)")?\})? (\S+)$')
 
 
 def _unescape(value: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m[1], m[1]), value)
 
 
-def parse_metrics(text: str) -> dict[str, dict[str | None, float]]:
-    """family -> {type label (None without one) -> value}; every sample's family must have
-    had its HELP and TYPE lines first."""
+def parse_metrics(text: str) -> dict[str, dict]:
+    """family -> {type label (None without one; (type, second label) with a priority or
+    kind label) -> value}; every sample's family must have had its HELP and TYPE lines first."""
     helped, typed, samples = set(), {}, {}
     assert text.endswith("\n")
     for line in text.splitlines():
@@ -121,9 +121,10 @@ def parse_metrics(text: str) -> dict[str, dict[str | None, float]]:
         else:
             m = SAMPLE.match(line)
             assert m, f"not a sample line: {line!r}"
-            name, label, value = m.groups()
+            name, label, second, value = m.groups()
             assert name in helped and typed.get(name) == "gauge", line
-            samples.setdefault(name, {})[None if label is None else _unescape(label)] = float(value)
+            key = None if label is None else _unescape(label)
+            samples.setdefault(name, {})[key if second is None else (key, second)] = float(value)
     return samples
 
 
@@ -164,6 +165,19 @@ def test_paused_types_in_status_metrics_and_dashboard(store):
     assert m["jobs_paused"] == {"t": 1.0, "not-yet": 1.0, "cleared": 0.0, WEIRD: 0.0}
     assert "<td>t (paused)</td>" in page and "<td>not-yet (paused)</td>" in page
     assert after["jobs_paused"]["t"] == 0.0 and after["jobs_paused"]["not-yet"] == 1.0
+
+
+def test_priority_bands_and_retention_in_metrics(store):
+    jobs.set_type_timeout(store, "p", 30)
+    for i, priority in enumerate([-2, -2, 0, 5]):
+        jobs.add(store, "p", f"j{i}", {}, priority=priority)
+    jobs.add(store, "p", "later", {}, scheduled_time=time.time() + 3600, priority=5)
+    jobs.set_retention(store, "p", finished=600)
+    with StatusServer(store, port=0, min_interval=0) as server:
+        m = parse_metrics(get(server, "/metrics").body.decode())
+    assert m["jobs_pending_by_priority"] == {("p", "-2"): 2.0, ("p", "0"): 1.0, ("p", "5"): 2.0}
+    assert m["jobs_due_by_priority"] == {("p", "-2"): 2.0, ("p", "0"): 1.0, ("p", "5"): 1.0}
+    assert m["jobs_retention_seconds"] == {("p", "finished"): 600.0}  # failed: kept forever
 
 
 # --- / ---------------------------------------------------------------------------------------
