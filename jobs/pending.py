@@ -26,8 +26,10 @@ from itertools import takewhile
 from . import keys
 from .codec import pack_str
 from .engine import KeySelector, strinc
+from .engine.transactional import run
 from .engine.transactional import watch as watch_key
 
+MIGRATION_BATCH = 1000  # legacy pending entries moved per transaction (~100 kB of writes)
 SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
 BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8
 _ONE = (1).to_bytes(8, "little")
@@ -227,6 +229,17 @@ def migrate_legacy(tr, type: str, limit: int) -> int:
         tr.set(keys.pending_key(type, 0, stime, job_id), value)
         tr.clear(key)
     return len(batch)
+
+
+def migrate_type(db, type: str, batch: int = MIGRATION_BATCH) -> int:
+    """Move every legacy entry of ``type`` into band 0, ``batch`` per transaction (each its
+    own: a store of a million jobs cannot move in one); how many were moved."""
+    moved = 0
+    while True:
+        n = run(db, migrate_legacy, type, batch)
+        moved += n
+        if n < batch:
+            return moved
 
 
 def watch(tr, type: str):

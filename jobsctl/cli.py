@@ -28,7 +28,7 @@ from .commands import (
     cmd_status, cmd_types,
 )
 from .retention import HUMAN as RETENTION_HUMAN, add_commands as _add_retention_commands
-from .commands import cmd_pause, cmd_resume
+from .commands import cmd_migrate, cmd_pause, cmd_resume
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
 
@@ -102,6 +102,8 @@ def _add_type_commands(command) -> None:
     p.add_argument("--limit", metavar="N", type=functools.partial(count, least=0), default=10,
                    help="running jobs (least recently active first) and failures (most recent first) "
                         "listed per type (default 10)")
+    command("migrate", cmd_migrate, "move pending jobs of a store written before priorities into priority 0 "
+            "now (activity monitors do it by themselves as they start)")
     p = command("schedules", cmd_schedules, "cron schedules: type, expression, zone, last and next tick")
     p.add_argument("--clear", metavar="TYPE", help="stop scheduling TYPE (until a processor with a cron "
                                                    "handler for it starts)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import schedules, status as status_mod
+from jobs import pending, schedules, status as status_mod
 from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction
 
@@ -118,6 +118,12 @@ def cmd_resume(args):
     with open_store(args, create=False) as db:
         jobs.resume(db, args.type)
     return {"type": args.type, "paused": False}
+
+
+def cmd_migrate(args):
+    with open_store(args, create=False) as db:
+        moved = {t: pending.migrate_type(db, t) for t in run_transaction(db, status_mod.job_types)}
+    return {"moved": {t: n for t, n in moved.items() if n}}
 
 
 def cmd_status(args):

@@ -200,6 +200,8 @@ HUMAN = {
     "status": human_status,
     "schedules": lambda d: (printable(f"cleared the schedule of {d['cleared']}") if isinstance(d, dict)
                             else human_schedules(d)),
+    "migrate": lambda d: "\n".join([printable(f"{t}: {n} pending jobs moved into priority 0") for t, n in
+                                     sorted(d["moved"].items())] or ["nothing to move"]),
     "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobs resume {d['type']}'"),
     "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again"),
     "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",

@@ -38,8 +38,8 @@ CHECKS_PER_TIMEOUT = 4
 # most about one second after its timeout ran out (one sample late, one pass late).
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
-MIGRATION_BATCH = 1000  # legacy pending entries moved per transaction (~100 kB of writes)
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
+MIGRATION_BATCH = pending.MIGRATION_BATCH  # legacy pending entries moved per transaction
 
 
 class ActivityMonitor:
@@ -99,8 +99,7 @@ class ActivityMonitor:
         in bounded transactions, once per type per monitor: accept reads them meanwhile."""
         if type in self._migrated:
             return
-        while run(self.db, pending.migrate_legacy, type, MIGRATION_BATCH) == MIGRATION_BATCH:
-            pass
+        pending.migrate_type(self.db, type, MIGRATION_BATCH)
         self._migrated.add(type)
 
     def _reenqueue(self, type: str, up_to: bytes) -> int:

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 import jobs
@@ -21,6 +22,7 @@ from jobs import keys, pending, status
 from jobs.engine import strinc
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
+from jobsctl import cli
 from monitor import ActivityMonitor
 from monitor import activity as monitor_activity
 
@@ -136,6 +138,19 @@ def test_the_activity_monitor_moves_the_legacy_entries_in_batches(db, monkeypatc
     r = keys.PENDING[T][0].range()
     assert len(list(db.get_range(r.start, r.stop))) == 250
     assert sorted(job.id for job in jobs.accept_many(db, T, 1000, timeout=0)) == legacy
+
+
+def test_jobs_migrate_moves_them_by_hand(tmp_path, capsys):
+    url = "sqlite:" + str(tmp_path / "jobs.sqlite")
+    store = jobs.open(url)
+    jobs.set_type_timeout(store, T, 60)
+    write_layout_2(store, [f"old-{i:04d}" for i in range(30)])
+    assert cli.main(["--store", url, "migrate"]) == 0
+    assert capsys.readouterr().out.strip() == f"{T}: 30 pending jobs moved into priority 0"
+    assert legacy_left(store) == 0 and stored_layout(store) == 3
+    assert cli.main(["--store", url, "--json", "migrate"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == {"moved": {}}
+    assert len(jobs.accept_many(store, T, 100, timeout=0)) == 30
 
 
 # --- a store written by the previous release's own code ---------------------------------------
