@@ -40,6 +40,9 @@ MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
 MIGRATION_BATCH = pending.MIGRATION_BATCH  # legacy pending entries moved per transaction
+# A running monitor prunes at most this often: its passes come every 0.05-0.5 s, and
+# retention periods are minutes to days (``check()`` called by hand prunes every time).
+PRUNE_INTERVAL = 1.0
 
 
 class ActivityMonitor:
@@ -137,6 +140,7 @@ class ActivityMonitor:
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stop.clear()
+        self.pruner.interval = PRUNE_INTERVAL
         self._thread = threading.Thread(target=self._run, name="jobs-activity-monitor", daemon=True)
         self._thread.start()
         return self
@@ -163,6 +167,7 @@ class ActivityMonitor:
 
     async def serve(self) -> None:
         """Run until cancelled (anyio: asyncio or trio)."""
+        self.pruner.interval = PRUNE_INTERVAL
         while True:
             await anyio.to_thread.run_sync(self._check_logged)
             await anyio.sleep(jittered(self.interval()))

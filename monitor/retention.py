@@ -29,9 +29,15 @@ class Pruner:
         self.db, self.types = db, types
         self.per_pass, self.batch = per_pass, batch
         self.removed = 0
+        self.interval = 0.0  # seconds between passes at least (0: every call is a pass)
+        self._next = 0.0  # (monotonic) when the next pass may run
 
     def prune(self) -> int:
-        """One pass; returns how many jobs it removed."""
+        """One pass (none if the last was less than ``interval`` ago); returns how many
+        jobs it removed."""
+        if time.monotonic() < self._next:
+            return 0
+        self._next = time.monotonic() + self.interval
         periods = run(self.db, retentions)
         total = 0
         for type, retention in sorted(periods.items()):
