@@ -10,7 +10,9 @@ See ``jobs.api`` for the contract of each function, ``jobs.keys`` for the data m
 ``jobs.aio`` for async twins.  Beyond couch_jobs' API: ``release`` hands a running job back
 to pending at once (a worker shutting down); ``accept_many`` takes a batch of jobs in one
 transaction; ``add(..., priority=N)`` puts a job in a priority band (lower runs first);
-``pause`` and ``resume`` stop and restart every worker's accepts of a type.
+``pause`` and ``resume`` stop and restart every worker's accepts of a type;
+``add(..., key=K)`` gives each key (a tenant) its turn, and ``set_limits`` bounds the jobs
+running at once and started per period, per type and per key.
 """
 
 from .subscriptions import subscribe, unsubscribe, wait
@@ -42,6 +44,7 @@ from .api import (
 from .engine import transactional
 from .pruning import prune
 from .retention import Retention, clear_retention, get_retention, set_retention
+from .limits import Limits, Rate, clear_limits, get_limits, set_limits
 from .errors import (
     ForeignJobError,
     Halt,
@@ -97,6 +100,11 @@ __all__ = [
     "pause",
     "resume",
     "is_paused",
+    "set_limits",
+    "get_limits",
+    "clear_limits",
+    "Limits",
+    "Rate",
     # errors
     "JobsError",
     "NotFound",

@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from . import checks, keys, pausing, pending, rows
+from . import checks, fairness, keys, limits, pausing, pending, rows
 from .codec import Row, decode_data
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
@@ -98,45 +98,70 @@ class AcceptCall:
             also(tr)
         store = keys.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
+        limits_record = limits.read(tr, self.type)  # with a conflict too: a change makes it retry
         mine = self._already_mine(tr)
         if mine:  # (taken before any pause that committed since: it conflicted otherwise)
             store_id = keys.store_id_of(store)
             return [self._job(job_id, row, store_id) for job_id, row in mine]
-        max_stime = time.time() if self.max_sched_time is None else self.max_sched_time
-        picked = pending.pick(tr, self.type, max_stime, self.limit, self.no_schedule)
+        now = time.time()
+        max_stime = now if self.max_sched_time is None else self.max_sched_time
         if value_of(paused) is not None:
             return self._nothing(tr, also, None)
+        admission = limits.Admission(tr, self.type, limits.decode(value_of(limits_record)), now)
+        room = admission.room(self.limit)
+        if not room:  # the type's running or rate limit is reached
+            return self._nothing(tr, also, None, admission.due)
+        turns = None
+        if fairness.active(tr, self.type):
+            turns = fairness.Turns(tr, self.type, admission, 0.0 if self.no_schedule else max_stime, now)
+            picked = [entry for entry, _key in turns.pick(room)]
+        else:
+            picked = pending.pick(tr, self.type, max_stime, room, self.no_schedule)
         ids = pending.take(tr, picked)
         if not ids:
-            return self._nothing(tr, also, max_stime)
+            if turns is not None and turns.wrote:
+                return None  # keys moved: attempt again, from what this attempt wrote
+            return self._nothing(tr, also, max_stime, admission.due, keyed=turns is not None)
+        taken = self._lock(tr, ids, admission)
+        if not taken:
+            return None
+        store_id = keys.store_id_of(store)
+        return [self._job(job_id, row, store_id) for job_id, row in taken]
+
+    def _lock(self, tr, ids: list[str], admission) -> list[tuple[str, Row]]:
+        """Lock the jobs taken from the queue, each with the running slots it holds."""
         futures = [tr.get(keys.data_key(self.type, job_id)) for job_id in ids]  # read in parallel
         taken = []
         worker = this_worker()
         for job_id, future in zip(ids, futures):
             row = rows.decode(value_of(future), self.type, job_id)
             if row is None or row.state != "pending":
+                admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it
             self._picked.append(job_id)
             # LastLock cleared: once another worker holds the job, a finish repeated with an
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
             # Lost kept: the count belongs to the run, whichever worker takes it next.
-            rows.put_running(tr, self.type, job_id,
-                             Row(None, self.lock, row.stime, False, row.data, None, worker, row.lost, row.priority))
+            rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data, None, worker,
+                                                        row.lost, row.priority, row.key, admission.hold(job_id)))
             taken.append((job_id, row))
-        if not taken:
-            return None
-        store_id = keys.store_id_of(store)
-        return [self._job(job_id, row, store_id) for job_id, row in taken]
+        return taken
 
-    def _nothing(self, tr, also, max_stime: float | None):
-        """Nothing to take (``max_stime`` None: the type is paused, so no future job
-        matters until it resumes): a Wait, or None when this transaction wrote ``also``."""
+    def _nothing(self, tr, also, max_stime: float | None, limit_due: float | None = None, keyed: bool = False):
+        """Nothing to take (``max_stime`` None: the type is paused or at its limit, so no
+        future job matters until that changes; ``limit_due``: when a rate slot frees;
+        ``keyed``: some keys sleep): a Wait, or None when this transaction wrote ``also``."""
         if also is not None:
             # This transaction wrote the caller's changes: a watch here (a read) would
             # make it conflict with every enqueue meanwhile.  Attempt again, read-only.
             return None
         takes_future_jobs = max_stime is not None and self.max_sched_time is None and not self.no_schedule
-        due = pending.next_due(tr, self.type, max_stime) if takes_future_jobs else None
+        dues = [limit_due]
+        if takes_future_jobs:
+            dues.append(pending.next_due(tr, self.type, max_stime))
+        if keyed:
+            dues.append(fairness.next_due(tr, self.type))
+        due = min((d for d in dues if d is not None), default=None)
         return Wait(pending.watch(tr, self.type), due)
 
     def _job(self, job_id: str, row: Row, store_id) -> Job:

@@ -38,7 +38,9 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bo
         row = rows.get(tr, type, job_id)
         if row is None or row.lock is None or row.seq != seq:
             continue  # an activity key its job no longer points at: just drop it
-        rows.make_pending(tr, type, job_id, row.stime, row.data, lost=one_more_lost(row), priority=row.priority)
+        rows.stop_running(tr, type, row)  # (its activity key is the one cleared above)
+        rows.make_pending(tr, type, job_id, row.stime, row.data, lost=one_more_lost(row), priority=row.priority,
+                          key=row.key)
         count += 1
     if count:
         tr.add(keys.lost_counter_key(type), count.to_bytes(8, "little"))

@@ -20,10 +20,15 @@ couch_jobs' five fields plus four:
   worker and when (the monitor's wall clock) (layout 2).
 * ``Priority``: the job's priority, an int, lower first (layout 3): kept in the row so
   that every re-enqueue (release, the monitor, a resubmission) puts the job back in its band.
+* ``Key``: the job's key (``add(..., key=...)``), or None (layout 4): its queue and its
+  turn among the type's keys (``fairness.py``), kept for every re-enqueue as Priority is.
+* ``Slots``: while running under limits, the running slots it holds, ``(type slot, key,
+  key slot)`` (``limits.py``), freed when it stops running; else None (layout 4).
 
 Rows are written with six fields while Worker and Lost are both None and Priority is 0,
-with eight while Priority is 0, and read with five (as couch_jobs writes them), six
-(layout 1), eight (layout 2) or nine: missing fields read as None (Priority as 0).
+with eight while Priority is 0, with eleven when Key or Slots is set, and read with five
+(as couch_jobs writes them), six (layout 1), eight (layout 2), nine (layout 3) or eleven:
+missing fields read as None (Priority as 0).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import orjson
@@ -64,6 +69,8 @@ class Row:
     worker: str | None = None
     lost: Lost | None = None
     priority: int = 0
+    key: str | None = None
+    slots: tuple | None = None
 
     @property
     def state(self) -> str:
@@ -97,6 +104,8 @@ def decode_row(raw: bytes, where: str = "a job row") -> Row:
             row = _with_lost(row)
         ok = isinstance(row.stime, float) and isinstance(row.data, bytes)
         ok = ok and (row.worker is None or isinstance(row.worker, str)) and type(row.priority) is int
+        ok = ok and (row.key is None or isinstance(row.key, str))
+        ok = ok and (row.slots is None or (isinstance(row.slots, tuple) and len(row.slots) == 3))
     except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
         raise StoreError(f"{where} is corrupt: {exc}") from exc
     if not ok:
@@ -109,14 +118,15 @@ def _with_lost(row: Row) -> Row:
     count, worker, at = row.lost
     if not (type(count) is int and (worker is None or isinstance(worker, str)) and isinstance(at, float)):
         raise ValueError(f"bad lost-worker field {row.lost!r:.100}")
-    return Row(row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock, row.worker, Lost(*row.lost),
-               row.priority)
+    return replace(row, lost=Lost(*row.lost))
 
 
 def fields_of(row: Row) -> tuple:
     """The tuple the row is stored as: six fields unless Worker or Lost is set, nine when
-    Priority is not 0."""
+    Priority is not 0, eleven when Key or Slots is set."""
     head = (row.lock, row.stime, row.resubmit, row.data, row.last_lock)
+    if row.key is not None or row.slots is not None:
+        return (*head, row.worker, row.lost, row.priority, row.key, row.slots)
     if row.priority:
         return (*head, row.worker, row.lost, row.priority)
     return head if row.worker is None and row.lost is None else (*head, row.worker, row.lost)
@@ -155,7 +165,7 @@ def _pack_row(seq, row: Row) -> bytes:
     """The row's tuple bytes with ``seq`` (complete, incomplete or None) as its Seq."""
     head = _NONE if seq is None else pack_versionstamp(seq)
     fast = isinstance(row.stime, float) and isinstance(row.data, bytes) and type(row.resubmit) is bool
-    fast = fast and type(row.priority) is int
+    fast = fast and type(row.priority) is int and row.key is None and row.slots is None
     if not fast or row.lost is not None or not (row.worker is None or isinstance(row.worker, str)):
         return head + fdb_tuple.pack(fields_of(row))  # a tuple's bytes: its elements' in a row
     return b"".join((
@@ -172,12 +182,13 @@ def _pack_row(seq, row: Row) -> bytes:
 def _tail(worker: str | None, priority: int) -> bytes:
     """Worker, Lost (None) and Priority, as far as they are not their defaults."""
     if priority:
-        return (_NONE if worker is None else pack_str(worker)) + _NONE + _pack_int(priority)
+        return (_NONE if worker is None else pack_str(worker)) + _NONE + pack_int(priority)
     return b"" if worker is None else pack_str(worker) + _NONE
 
 
 @functools.lru_cache(maxsize=1024)
-def _pack_int(value: int) -> bytes:
+def pack_int(value: int) -> bytes:
+    """An int as the tuple layer packs it (cached: priorities and turns repeat)."""
     return fdb_tuple.pack((value,))
 
 

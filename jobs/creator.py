@@ -12,9 +12,9 @@ from .errors import NoTypeTimeout
 
 
 def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0,
-        priority: int = 0) -> None:
-    """Add a job, or re-add an existing one (couch_jobs' rules; the priority goes with the
-    scheduled time):
+        priority: int = 0, key: str | None = None) -> None:
+    """Add a job, or re-add an existing one (couch_jobs' rules; the priority and the key
+    go with the scheduled time):
 
     * new: pending at ``scheduled_time`` (seconds since the epoch; 0: as soon as possible)
       with ``data`` (None: ``{}``), in band ``priority`` (an int, negatives allowed: accept
@@ -25,13 +25,20 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
       finishes (data ignored);
     * finished: pending again with the new data.
 
+    ``key`` (e.g. a tenant): the job waits in that key's own queue, and accept serves the
+    type's keys in turn (``fairness.py``), each under the type's per-key limits
+    (``set_limits``); None: the type's queue, as couch_jobs.
+
     Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data;
     ValueError when type or id contains control characters, ``scheduled_time`` is not a
     time a view can show as a date (negative, NaN, from the year 9999 on) or ``priority``
-    is not an int of 64 bits (a bool neither)."""
+    is not an int of 64 bits (a bool neither), or ``key`` is not a str without control
+    characters."""
     checks.name(type, "type", new=True)
     checks.name(job_id, "job id", new=True)
-    keys.check_key_sizes(type, job_id)
+    if key is not None:
+        checks.name(key, "key", new=True)
+    keys.check_key_sizes(type, job_id, key)
     stime = checks.scheduled_time(scheduled_time)
     priority = checks.priority(priority)
     raw = encode_data(data)
@@ -43,16 +50,16 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
             )
         row = rows.get(tr, type, job_id)
         state = None if row is None else row.state
-        if state == "pending" and (row.stime, row.priority) == (stime, priority):
+        if state == "pending" and (row.stime, row.priority, row.key) == (stime, priority, key):
             return
         if state == "running":
-            rows.put(tr, type, job_id, replace(row, stime=stime, priority=priority, resubmit=True))
+            rows.put(tr, type, job_id, replace(row, stime=stime, priority=priority, key=key, resubmit=True))
             return
         if state == "pending":
-            pending.remove(tr, type, row.priority, row.stime, job_id)
+            pending.remove(tr, type, row.priority, row.stime, job_id, row.key)
         elif state == "finished":
             finished_index.leave(tr, type, job_id)
-        rows.make_pending(tr, type, job_id, stime, raw, priority=priority)
+        rows.make_pending(tr, type, job_id, stime, raw, priority=priority, key=key)
 
     within_store(tr, body)
 
@@ -79,9 +86,9 @@ def remove(tr, type: str, job_id: str) -> None:
 def remove_row(tr, type: str, job_id: str, row) -> None:
     """Remove the job whose row (just read) is ``row``, with every key that refers to it."""
     if row.state == "pending":
-        pending.remove(tr, type, row.priority, row.stime, job_id)
+        pending.remove(tr, type, row.priority, row.stime, job_id, row.key)
     elif row.state == "finished":
         finished_index.leave(tr, type, job_id)
-    rows.clear_activity(tr, type, row)
+    rows.stop_running(tr, type, row)
     rows.clear(tr, type, job_id)
     rows.bump_activity(tr, type)

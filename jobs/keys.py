@@ -20,6 +20,17 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "retention_backfill", Type)     = (done, last JobId looked at | None)
     ("jobs", "paused", Type)                 = (since,): no accept takes the type's jobs
                                                (``pausing.py``)
+    ("jobs", "limits", Type)                 = the type's concurrency and rate limits (``limits.py``)
+    ("jobs", "slots", Type, Scope, I)        = JobId: running slot I of the type (Scope None)
+                                               or of the job key Scope, held by JobId
+    ("jobs", "starts", Type, Scope, I)       = (at,): rate slot I, last used to start a job at At
+    ("jobs", "kpending", Type, Key, Priority, STime, JobId) = enqueue time: a keyed job's
+                                               pending entry, in its key's own queue (layout 4)
+    ("jobs", "keys", Type, 0, Turn, Key)     = b"": the rotation of keys with due jobs
+    ("jobs", "keys", Type, 1, Until, Key)    = b"": keys whose next job (or rate) is due at Until
+    ("jobs", "keys", Type, 2, Key)           = b"": keys at their running limit
+    ("jobs", "key", Type, Key)               = (where,): where the key is (``fairness.py``)
+    ("jobs", "unkeyed_turn", Type)           = (Turn,): the unkeyed jobs' place in the rotation
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -44,6 +55,11 @@ whoever changes or removes a finished job clears it (``finished.py``).  ``retent
 type's retention periods; ``retention_backfill`` how far the one-time indexing of jobs
 finished before the index existed has come.  These four came with layout 3.
 
+Layout 4 adds job *keys* (``add(..., key=...)``): a keyed job waits in its key's own queue
+(``kpending``), and accept serves the keys with due jobs in turn (``keys``, ``key``,
+``unkeyed_turn``; ``fairness.py``); and concurrency and rate limits (``limits``, ``slots``,
+``starts``; ``limits.py``).  Rows of keyed or limited jobs carry two more fields (``codec.py``).
+
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
 the ``failed`` and ``lost`` subspaces; it reads every layout-1 store as it is, and raises
@@ -61,19 +77,19 @@ import uuid
 import weakref
 
 from . import prefixes
-from .codec import pack_double, pack_str, read_int
+from .codec import pack_double, pack_int, pack_str, read_int
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, strinc, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 from .layouts import Layout
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
-# Layout 3 reads layout-1 and layout-2 stores as they are (legacy pending entries included):
-# nothing to rewrite in the upgrading transaction.
+# Layouts 3 and 4 read the stores of layouts 1 to 3 as they are (legacy pending entries
+# included): nothing to rewrite in the upgrading transaction.
 LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError,
-                newer=LayoutError, migrations={1: None, 2: None})
+                newer=LayoutError, migrations={1: None, 2: None, 3: None})
 ROOT = LAYOUT.space
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
@@ -89,6 +105,13 @@ FINISHED_JOB = ROOT["finished_job"]
 RETENTION = ROOT["retention"]
 RETENTION_BACKFILL = ROOT["retention_backfill"]
 PAUSED = ROOT["paused"]
+LIMITS = ROOT["limits"]
+SLOTS = ROOT["slots"]
+STARTS = ROOT["starts"]
+KPENDING = ROOT["kpending"]
+KEYS = ROOT["keys"]
+KEY_STATE = ROOT["key"]
+UNKEYED_TURN = ROOT["unkeyed_turn"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -119,6 +142,16 @@ def pending_key(type: str, priority: int, stime: float, job_id: str) -> bytes:
     return _band(type, priority) + pack_double(stime) + pack_str(job_id)
 
 
+def keyed_pending_key(type: str, key: str, priority: int, stime: float, job_id: str) -> bytes:
+    """The pending key of a job of the job key ``key`` (in that key's queue)."""
+    return queue_band(key_queue(type, key), priority, stime) + pack_str(job_id)
+
+
+def job_id_of(pending: bytes) -> str:
+    """The job id of a pending key of any queue (its last element)."""
+    return fdb_tuple.unpack(pending)[-1]
+
+
 def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:
     """The pending key layouts 1 and 2 wrote for the job."""
     if not isinstance(stime, float):
@@ -139,13 +172,32 @@ def band_prefix(type: str, priority: int | None, stime: float | None = None) -> 
     return _band(type, priority) + (b"" if stime is None else pack_double(float(stime)))
 
 
+def queue_band(queue: bytes, priority: int | None, stime: float | None = None) -> bytes:
+    """:func:`band_prefix` in any queue: ``queue`` is a type's (``pending_prefix``, where
+    LEGACY is the legacy entries) or a job key's (``key_queue``)."""
+    if priority is LEGACY:
+        return queue + (_FLOAT_CODE if stime is None else pack_double(float(stime)))
+    return queue + pack_int(priority) + (b"" if stime is None else pack_double(float(stime)))
+
+
 def band_of(type: str, key: bytes) -> int | None:
     """The priority of a pending key of ``type`` (LEGACY for a legacy entry), read without
     unpacking the whole key: accept reads it for every band it looks at."""
-    pos = len(_prefix(PENDING, type))
+    return band_in(_prefix(PENDING, type), key)
+
+
+def band_in(queue: bytes, key: bytes) -> int | None:
+    """:func:`band_of` for a pending key of the queue whose prefix is ``queue``."""
+    pos = len(queue)
     if key[pos:pos + 1] == _FLOAT_CODE:
         return LEGACY
     return read_int(key, pos)[0]
+
+
+def entry_in(queue: bytes, key: bytes) -> tuple[int | None, float, str]:
+    """:func:`pending_entry` for a pending key of the queue whose prefix is ``queue``."""
+    fields = fdb_tuple.unpack(key[len(queue):])
+    return (LEGACY, *fields) if len(fields) == 2 else fields
 
 
 def pending_entry(key: bytes) -> tuple[int | None, float, str]:
@@ -223,9 +275,44 @@ def paused_key(type: str) -> bytes:
     return PAUSED.pack((type,))
 
 
-def check_key_sizes(type: str, job_id: str) -> None:
+def limits_key(type: str) -> bytes:
+    return LIMITS.pack((type,))
+
+
+def slots_prefix(type: str, scope: str | None) -> bytes:
+    """Prefix of the running slots of ``type`` (scope None) or of its job key ``scope``."""
+    return SLOTS.pack((type, scope))
+
+
+def starts_prefix(type: str, scope: str | None) -> bytes:
+    """Prefix of the rate slots of ``type`` (scope None) or of its job key ``scope``."""
+    return STARTS.pack((type, scope))
+
+
+@functools.lru_cache(maxsize=4096)
+def key_queue(type: str, key: str) -> bytes:
+    """Prefix of the pending queue of the job key ``key`` (its bands, as ``pending_prefix``)."""
+    return KPENDING.pack((type, key))
+
+
+def keys_prefix(type: str, part: int | None = None) -> bytes:
+    """Prefix of the type's key rotation: everything (None), the turns (0), the sleepers
+    (1) or the keys at their running limit (2)."""
+    return KEYS.pack((type,) if part is None else (type, part))
+
+
+def key_state_key(type: str, key: str) -> bytes:
+    return KEY_STATE.pack((type, key))
+
+
+def unkeyed_turn_key(type: str) -> bytes:
+    return UNKEYED_TURN.pack((type,))
+
+
+def check_key_sizes(type: str, job_id: str, key: str | None = None) -> None:
     """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
-    size = len(pending_key(type, -(1 << 63), 0.0, job_id))
+    longest = pending_key(type, -(1 << 63), 0.0, job_id)
+    size = len(longest) + (0 if key is None else len(pack_str(key)) + 16)
     if size > KEY_LIMIT:
         raise ValueError(
             f"type and job id are too long: their keys would be {size} bytes, over FoundationDB's "

@@ -23,7 +23,7 @@ import time
 import uuid
 from itertools import takewhile
 
-from . import keys
+from . import fairness, keys
 from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import run
@@ -36,12 +36,19 @@ _ONE = (1).to_bytes(8, "little")
 _QUEUED_AT = struct.Struct(">d")
 
 
-def enqueue(tr, type: str, priority: int, stime: float, job_id: str) -> None:
+def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
+    """Queue the job in band ``priority`` at ``stime``: in the type's queue, or in its job
+    key's queue (``key``), bringing the key into the rotation (``fairness.py``)."""
     # A key only layout 3 can read: the store's layout says 3 first (no read once known).
     keys.upgrade_layout(tr)
     # The value: when the job was enqueued (wall clock of the enqueuing machine, for people:
     # ``jobs status`` shows how long due jobs have waited; nothing decides on it).
-    tr.set(keys.pending_key(type, priority, stime, job_id), _QUEUED_AT.pack(time.time()))
+    queued = _QUEUED_AT.pack(time.time())
+    if key is None:
+        tr.set(keys.pending_key(type, priority, stime, job_id), queued)
+    else:
+        tr.set(keys.keyed_pending_key(type, key, priority, stime, job_id), queued)
+        fairness.queued(tr, type, key, stime)
     wake(tr, type)
 
 
@@ -55,16 +62,21 @@ def queued_at(value: bytes) -> float | None:
     return _QUEUED_AT.unpack(value)[0] if len(value) == _QUEUED_AT.size else None
 
 
-def remove(tr, type: str, priority: int, stime: float, job_id: str) -> None:
+def remove(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
     """Drop the job's entry, and its legacy entry if it has one (a blind clear: nothing to
-    read, and a migration that moves that entry meanwhile conflicts and finds it gone)."""
+    read, and a migration that moves that entry meanwhile conflicts and finds it gone).
+    A keyed job's key stays in the rotation until an accept finds its queue empty."""
+    if key is not None:
+        tr.clear(keys.keyed_pending_key(type, key, priority, stime, job_id))
+        return
     tr.clear(keys.pending_key(type, priority, stime, job_id))
     if priority == 0:
         tr.clear(keys.legacy_pending_key(type, stime, job_id))
 
 
 def _job_id(key: bytes) -> str:
-    return keys.pending_entry(key)[2]
+    """The job id of a pending key of any queue (its last element)."""
+    return keys.job_id_of(key)
 
 
 def _read(tr, begin: bytes, end: bytes, limit: int) -> list[bytes]:
@@ -75,26 +87,32 @@ def bands(tr, type: str, window: int = 1):
     """``(priority, head)`` for each band of ``type`` that has pending jobs, best first
     (priority LEGACY for the legacy entries, in band 0's place); ``head``: up to ``window``
     keys from the band's first (snapshot reads; it may run on into the next bands)."""
-    begin, end = keys.pending_prefix(type), strinc(keys.pending_prefix(type))
-    legacy_seen = False
+    return queue_bands(tr, keys.pending_prefix(type), window, legacy=True)
+
+
+def queue_bands(tr, queue: bytes, window: int = 1, legacy: bool = False):
+    """:func:`bands` of the queue whose prefix is ``queue`` (a type's, or a job key's:
+    ``keys.key_queue``, which has no legacy entries)."""
+    begin, end = queue, strinc(queue)
+    legacy_seen = not legacy
     while head := _read(tr, begin, end, window):
-        priority = keys.band_of(type, head[0])
+        priority = keys.band_in(queue, head[0])
         if priority is keys.LEGACY:  # every key from here on is legacy
             if not legacy_seen:
                 yield keys.LEGACY, head
             return
         if priority > 0 and not legacy_seen:
             legacy_seen = True
-            legacy = keys.band_prefix(type, keys.LEGACY)
-            if legacy_head := _read(tr, legacy, strinc(legacy), window):
+            legacy_band = keys.queue_band(queue, keys.LEGACY)
+            if legacy_head := _read(tr, legacy_band, strinc(legacy_band), window):
                 yield keys.LEGACY, legacy_head
         yield priority, head
-        begin = strinc(keys.band_prefix(type, priority))
+        begin = strinc(keys.queue_band(queue, priority))
 
 
-def _due_end(type: str, priority: int | None, max_stime: float) -> bytes:
-    """End of the keys of band ``priority`` scheduled at or before ``max_stime``."""
-    return strinc(keys.band_prefix(type, priority, max_stime))
+def _due_end(queue: bytes, priority: int | None, max_stime: float) -> bytes:
+    """End of the keys of band ``priority`` of ``queue`` scheduled at or before ``max_stime``."""
+    return strinc(keys.queue_band(queue, priority, max_stime))
 
 
 def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str | None:
@@ -130,10 +148,16 @@ def take(tr, picked: list[bytes]) -> list[str]:
 
 
 def _pick_from_heads(tr, type: str, max_stime: float, limit: int) -> list[bytes]:
+    return pick_from(tr, keys.pending_prefix(type), max_stime, limit, legacy=True)
+
+
+def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = False) -> list[bytes]:
+    """Up to ``limit`` due keys of the queue whose prefix is ``queue``, best band first
+    (one at random in the head for a limit of 1, else a run), read without a conflict."""
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     picked: list[bytes] = []
-    for priority, head in bands(tr, type, window):
-        end = _due_end(type, priority, max_stime)
+    for priority, head in queue_bands(tr, queue, window, legacy):
+        end = _due_end(queue, priority, max_stime)
         due = list(takewhile(lambda key: key < end, head))
         if not due:
             continue  # only future jobs in this band: the next one may have due jobs
@@ -190,14 +214,29 @@ def _run_near(tr, prefix: bytes, probe: bytes, limit: int) -> list[bytes]:
 
 
 def count(tr, type: str, max_stime: float | None = None, limit: int | None = None) -> int:
-    """Pending jobs scheduled at or before ``max_stime`` (None: all), at most ``limit``.
-    A snapshot read."""
-    total = 0
-    for priority, _head in bands(tr, type):
+    """Pending jobs scheduled at or before ``max_stime`` (None: all), at most ``limit``,
+    keyed jobs included.  A snapshot read."""
+    total = count_in(tr, keys.pending_prefix(type), max_stime, limit, legacy=True)
+    if limit is not None and total >= limit:
+        return total
+    if max_stime is None:  # every keyed job: one range
+        begin = keys.KPENDING.pack((type,))
+        return total + len(_read(tr, begin, strinc(begin), 0 if limit is None else limit - total))
+    for key in fairness.queued_keys(tr, type):
+        total += count_in(tr, keys.key_queue(type, key), max_stime, None if limit is None else limit - total)
         if limit is not None and total >= limit:
             break
-        begin = keys.band_prefix(type, priority)
-        end = strinc(begin) if max_stime is None else _due_end(type, priority, max_stime)
+    return total
+
+
+def count_in(tr, queue: bytes, max_stime: float | None, limit: int | None, legacy: bool = False) -> int:
+    """:func:`count` of the queue whose prefix is ``queue``."""
+    total = 0
+    for priority, _head in queue_bands(tr, queue, legacy=legacy):
+        if limit is not None and total >= limit:
+            break
+        begin = keys.queue_band(queue, priority)
+        end = strinc(begin) if max_stime is None else _due_end(queue, priority, max_stime)
         total += len(_read(tr, begin, end, 0 if limit is None else limit - total))
     return total
 
@@ -205,11 +244,16 @@ def count(tr, type: str, max_stime: float | None = None, limit: int | None = Non
 def next_due(tr, type: str, after: float) -> float | None:
     """Scheduled time of the earliest pending job due later than ``after``, if any, in any
     band.  Snapshot reads: the pending watch covers changes."""
+    return next_due_in(tr, keys.pending_prefix(type), after, legacy=True)
+
+
+def next_due_in(tr, queue: bytes, after: float, legacy: bool = False) -> float | None:
+    """:func:`next_due` of the queue whose prefix is ``queue``."""
     earliest = None
-    for priority, _head in bands(tr, type):
-        later = _read(tr, _due_end(type, priority, after), strinc(keys.band_prefix(type, priority)), 1)
+    for priority, _head in queue_bands(tr, queue, legacy=legacy):
+        later = _read(tr, _due_end(queue, priority, after), strinc(keys.queue_band(queue, priority)), 1)
         if later:
-            stime = keys.pending_entry(later[0])[1]
+            stime = keys.entry_in(queue, later[0])[1]
             earliest = stime if earliest is None else min(earliest, stime)
     return earliest
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from . import keys, pending
+from . import fairness, keys, limits, pending
 from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
@@ -47,7 +47,7 @@ def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:
 def _layout_for(tr, row: Row) -> None:
     """A row with layout 2's or 3's fields: the store's layout must say so before it is
     written."""
-    if row.worker is not None or row.lost is not None or row.priority:
+    if row.worker is not None or row.lost is not None or row.priority or row.key is not None or row.slots:
         keys.upgrade_layout(tr)
 
 
@@ -68,14 +68,24 @@ def put_running(tr, type: str, job_id: str, row: Row) -> None:
 
 
 def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Lost | None = None,
-                 priority: int = 0) -> None:
-    """Make the job pending at ``stime`` in band ``priority`` with data ``raw`` (its old
-    pending key and activity key removed by the caller).  Clears LastLock: a creator's (or
-    the monitor's) change.  ``lost``: the run's lost-worker count to keep (None: a new run,
-    counted from 0)."""
-    put(tr, type, job_id, Row(None, None, stime, False, raw, lost=lost, priority=priority))
-    pending.enqueue(tr, type, priority, stime, job_id)
+                 priority: int = 0, key: str | None = None) -> None:
+    """Make the job pending at ``stime`` in band ``priority`` (of its job key's queue, if
+    ``key``) with data ``raw`` (its old pending key and activity key removed, its running
+    slots freed by the caller).  Clears LastLock: a creator's (or the monitor's) change.
+    ``lost``: the run's lost-worker count to keep (None: a new run, counted from 0)."""
+    put(tr, type, job_id, Row(None, None, stime, False, raw, lost=lost, priority=priority, key=key))
+    pending.enqueue(tr, type, priority, stime, job_id, key)
     bump_activity(tr, type)
+
+
+def stop_running(tr, type: str, row: Row) -> None:
+    """The running job of ``row`` stops running (finished, made pending, removed): drop
+    its activity key and free its running slots; a job key that was full comes back in."""
+    clear_activity(tr, type, row)
+    if row.lock is not None:
+        key = limits.free(tr, type, row.slots)
+        if key is not None:
+            fairness.unblock(tr, type, key)
 
 
 def clear(tr, type: str, job_id: str) -> None:

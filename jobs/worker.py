@@ -126,14 +126,15 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
             return False  # this Job's finish already committed
         if row is None or row.lock != job.lock:
             raise _halt(job)
-        rows.clear_activity(tr, job.type, row)
+        rows.stop_running(tr, job.type, row)
         final = row.data if raw is None else raw
         if row.resubmit:
-            rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock, priority=row.priority))
-            pending.enqueue(tr, job.type, row.priority, row.stime, job.id)
-        else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
             rows.put(tr, job.type, job.id,
-                     Row(row.seq, None, row.stime, False, final, job.lock, row.worker, row.lost, row.priority))
+                     Row(None, None, row.stime, False, final, job.lock, priority=row.priority, key=row.key))
+            pending.enqueue(tr, job.type, row.priority, row.stime, job.id, row.key)
+        else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
+            rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker,
+                                               row.lost, row.priority, row.key))
             if failed:
                 failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
             if value_of(retained) is not None:
@@ -173,11 +174,11 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         elif (row.state == "finished" or (new_stime, new_priority) != (row.stime, row.priority)
               or (raw is not None and raw != row.data)):
             if row.state == "pending":
-                pending.remove(tr, job.type, row.priority, row.stime, job.id)
+                pending.remove(tr, job.type, row.priority, row.stime, job.id, row.key)
             else:
                 finished_index.leave(tr, job.type, job.id)
             rows.make_pending(tr, job.type, job.id, new_stime, row.data if raw is None else raw,
-                              priority=new_priority)
+                              priority=new_priority, key=row.key)
         return row
 
     row = within_store(tr, body)
@@ -223,7 +224,8 @@ def release(tr, job: Job) -> None:
                 return
             raise _halt(job)
         released.record(True)
-        rows.clear_activity(tr, job.type, row)
-        rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost, priority=row.priority)  # same run
+        rows.stop_running(tr, job.type, row)
+        rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost, priority=row.priority,
+                          key=row.key)  # same run
 
     within_store(tr, body)
