@@ -23,7 +23,7 @@ import anyio.lowlevel
 from anyio.lowlevel import RunVar
 import anyio.to_thread
 
-from . import api, checks, pruning, retention, subscriptions
+from . import api, checks, limits, pruning, retention, subscriptions
 from .accepting import AcceptCall
 from .errors import Halt
 from .job import Job
@@ -32,6 +32,7 @@ __all__ = [
     "accept",
     "accept_many",
     "add",
+    "clear_limits",
     "clear_retention",
     "clear_type_timeout",
     "finish",
@@ -40,6 +41,7 @@ __all__ = [
     "get_job_data",
     "get_job_state",
     "get_jobs",
+    "get_limits",
     "get_retention",
     "get_type_timeout",
     "get_types",
@@ -53,6 +55,7 @@ __all__ = [
     "remove",
     "resubmit",
     "resume",
+    "set_limits",
     "set_retention",
     "set_type_timeout",
     "subscribe",
@@ -111,6 +114,9 @@ set_retention = _twin(retention.set_retention)
 get_retention = _twin(retention.get_retention)
 clear_retention = _twin(retention.clear_retention)
 prune = _twin(pruning.prune)
+set_limits = _twin(limits.set_limits)
+get_limits = _twin(limits.get_limits)
+clear_limits = _twin(limits.clear_limits)
 unsubscribe = subscriptions.unsubscribe  # no I/O: the same function
 WAIT_SLICE = 0.25  # longest thread wait of aio.wait, so a cancelled task stops soon
 

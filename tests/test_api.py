@@ -39,7 +39,7 @@ PINNED = {
 }  # fmt: skip
 EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError",
          "set_retention", "get_retention", "clear_retention", "prune", "Retention"}
-EXTRA |= {"pause", "resume", "is_paused"}  # queue controls (issue 14)
+EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls (issue 14)
 
 
 def test_exported_names():

@@ -147,7 +147,7 @@ def test_jobs_migrate_moves_them_by_hand(tmp_path, capsys):
     write_layout_2(store, [f"old-{i:04d}" for i in range(30)])
     assert cli.main(["--store", url, "migrate"]) == 0
     assert capsys.readouterr().out.strip() == f"{T}: 30 pending jobs moved into priority 0"
-    assert legacy_left(store) == 0 and stored_layout(store) == 3
+    assert legacy_left(store) == 0 and stored_layout(store) == keys.LAYOUT_VERSION
     assert cli.main(["--store", url, "--json", "migrate"]) == 0
     assert orjson.loads(capsys.readouterr().out) == {"moved": {}}
     assert len(jobs.accept_many(store, T, 100, timeout=0)) == 30
