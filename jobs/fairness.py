@@ -161,14 +161,17 @@ class Turns:
         for _ in range(STEPS):
             if len(picked) == limit:
                 break
-            turns, unkeyed = self._candidates()
+            turns, unkeyed, unkeyed_turn = self._candidates()
             if not turns and unkeyed is None:
                 break
             lowest = turns[0][0] if turns else None
             at_lowest = [entry for entry in turns if entry[0] == lowest]
+            if unkeyed is not None and lowest is not None and unkeyed_turn < lowest:
+                at_lowest = []  # the unkeyed jobs' turn is the lowest
             choice = random.randrange(len(at_lowest) + (unkeyed is not None))
             if choice == len(at_lowest):  # the unkeyed jobs' turn
-                self._set_unkeyed_turn(lowest)
+                if lowest is not None:
+                    self._set_unkeyed_turn(unkeyed_turn + 1)
                 self.tr.clear(unkeyed)  # (taken by the caller; cleared now so no step picks it again)
                 picked.append((unkeyed, None))
                 continue
@@ -179,22 +182,31 @@ class Turns:
                 picked.append((job, key))
         return picked
 
-    def _candidates(self) -> tuple[list[tuple[int, str]], bytes | None]:
-        """The rotation's first entries ``(turn, key)``, and a due unkeyed job if it is the
-        unkeyed jobs' turn (their turn at or below the lowest)."""
+    def _candidates(self) -> tuple[list[tuple[int, str]], bytes | None, int | None]:
+        """The rotation's first entries ``(turn, key)``; a due unkeyed job if it is the
+        unkeyed jobs' turn (theirs at or below the lowest), and their turn.  Unkeyed jobs
+        come in at the lowest turn, as a key does: their turn is recorded when an accept
+        first sees them due, and forgotten when one sees none due (so a turn left from
+        long ago does not give them a run of picks)."""
         prefix = keys.keys_prefix(self.type, TURNS)
         turns = [keys.KEYS.unpack(k)[2:] for k in _snapshot_first(self.tr, prefix, strinc(prefix), HEAD)]
+        lowest = turns[0][0] if turns else None
         raw = value_of(self.tr.snapshot.get(keys.unkeyed_turn_key(self.type)))
-        unkeyed_turn = -math.inf if raw is None else fdb_tuple.unpack(raw)[0]
-        unkeyed = None
-        if not turns or unkeyed_turn <= turns[0][0]:
-            found = pending.pick_from(self.tr, self._unkeyed, self.max_stime, 1, legacy=True)
-            unkeyed = found[0] if found else None
-        return turns, unkeyed
+        turn = None if raw is None else fdb_tuple.unpack(raw)[0]
+        if turn is not None and lowest is not None and turn > lowest:
+            return turns, None, turn  # served this turn already
+        found = pending.pick_from(self.tr, self._unkeyed, self.max_stime, 1, legacy=True)
+        if not found:
+            if turn is not None and lowest is not None and turn < lowest:
+                self.tr.clear(keys.unkeyed_turn_key(self.type))
+            return turns, None, turn
+        if turn is None and lowest is not None:
+            turn = lowest
+            self._set_unkeyed_turn(turn)
+        return turns, found[0], turn
 
-    def _set_unkeyed_turn(self, lowest: int | None) -> None:
-        if lowest is not None:
-            self.tr.set(keys.unkeyed_turn_key(self.type), fdb_tuple.pack((lowest + 1,)))
+    def _set_unkeyed_turn(self, turn: int) -> None:
+        self.tr.set(keys.unkeyed_turn_key(self.type), fdb_tuple.pack((turn,)))
 
     def _serve(self, turn: int, key: str, alone: bool) -> bytes | None:
         """Take one due job of ``key`` (at ``turn``) if it may start, and move the key on:

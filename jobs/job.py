@@ -30,7 +30,7 @@ class Job:
 class JobInfo(NamedTuple):
     """A job as ``get_job``/``get_jobs`` see it (state "pending", "running" or "finished";
     ``scheduled_time`` in seconds since the epoch, 0 for as soon as possible; ``priority``:
-    its band, lower first)."""
+    its band, lower first; ``key``: its job key, None for none)."""
 
     type: str
     id: str
@@ -38,6 +38,7 @@ class JobInfo(NamedTuple):
     data: dict
     scheduled_time: float
     priority: int = 0
+    key: str | None = None
 
 
 class RunInfo(NamedTuple):

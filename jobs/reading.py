@@ -33,7 +33,7 @@ def get_job_state(tr, type: str, job_id: str) -> str:
 
 
 def _info(type: str, job_id: str, row: Row) -> JobInfo:
-    return JobInfo(type, job_id, row.state, decode_data(row.data), row.stime, row.priority)
+    return JobInfo(type, job_id, row.state, decode_data(row.data), row.stime, row.priority, row.key)
 
 
 def get_job(tr, type: str, job_id: str) -> JobInfo:

@@ -67,10 +67,13 @@ def ago(a: status_mod.Activity | None) -> str:
 
 
 def job_doc(info: jobs.JobInfo) -> dict:
-    """A job's keys; ``priority`` only when it is not the default 0 (as couch_jobs shows it)."""
+    """A job's keys; ``priority`` only when it is not the default 0, ``key`` only when the
+    job has one (as couch_jobs shows a job)."""
     doc = info._asdict()
     if not doc["priority"]:
         del doc["priority"]
+    if doc["key"] is None:
+        del doc["key"]
     return doc
 
 
@@ -88,6 +91,8 @@ def human_job(doc: dict) -> str:
             ["scheduled", when(doc["scheduled_time"], now)]]
     if doc.get("priority"):
         head.append(["priority", str(doc["priority"])])
+    if doc.get("key") is not None:
+        head.append(["key", printable(doc["key"])])
     return "\n".join(f"{k:<10} {v}" for k, v in head + human_run(doc, now)) + f"\ndata       {indented(doc['data'])}"
 
 
