@@ -104,7 +104,7 @@ def test_add_and_show(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     code, out, _ = run(capsys, "--store", url, "add", "t", "a", "--data", '{"path": "a.png", "n": [1, 2]}')
     assert code == 0 and "pending" in out and "a.png" in out
-    assert jobs.get_job(db, "t", "a") == ("t", "a", "pending", {"path": "a.png", "n": [1, 2]}, 0.0, 0)
+    assert jobs.get_job(db, "t", "a") == ("t", "a", "pending", {"path": "a.png", "n": [1, 2]}, 0.0, 0, None)
     code, out, _ = run(capsys, "--store", url, "show", "t", "a")
     assert code == 0
     fields = dict(line.split(None, 1) for line in out.splitlines()[:4])

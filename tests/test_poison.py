@@ -138,7 +138,7 @@ def test_a_layout_1_store_is_read_as_it_is_and_upgraded_by_its_first_new_row(db)
     db.set(keys.LAYOUT_KEY, fdb_tuple.pack((1,)))
     db.set(keys.data_key(T, "old"), fdb_tuple.pack((None, None, 0.0, False, b'{"x": 1}', None)))
     keys._checked.clear()  # as a process that opens the store anew
-    assert jobs.get_job(db, T, "old") == (T, "old", "pending", {"x": 1}, 0.0, 0)
+    assert jobs.get_job(db, T, "old") == (T, "old", "pending", {"x": 1}, 0.0, 0, None)
     assert status.gather(db).types[0].pending == 1
     assert fdb_tuple.unpack(db.get(keys.LAYOUT_KEY)) == (1,)  # reading wrote nothing
     job = jobs.accept(db, T, timeout=0)  # writes Worker: a row layout 1 cannot read

@@ -106,7 +106,7 @@ def test_no_schedule_takes_the_best_band_with_jobs_at_zero(db):
 
 def test_get_job_shows_the_priority(db):
     jobs.add(db, T, "j", {"x": 1}, 5.0, priority=-4)
-    assert jobs.get_job(db, T, "j") == (T, "j", "pending", {"x": 1}, 5.0, -4)
+    assert jobs.get_job(db, T, "j") == (T, "j", "pending", {"x": 1}, 5.0, -4, None)
     assert jobs.get_job(db, T, "j").priority == -4 and jobs.get_jobs(db, T)[0].priority == -4
 
 
@@ -194,7 +194,7 @@ def test_add_and_resubmit_with_a_priority_are_safe_under_1021(db):
     assert pending_entries(db) == [(-3, 3.0, "j")]
     jobs.resubmit(unknown, jobs.get_job(db, T, "j"), priority=2)
     assert pending_entries(db) == [(2, 3.0, "j")]
-    assert jobs.get_job(db, T, "j") == (T, "j", "pending", {"a": 1}, 3.0, 2)
+    assert jobs.get_job(db, T, "j") == (T, "j", "pending", {"a": 1}, 3.0, 2, None)
     assert jobs.pending_count(db, T) == 1
 
 

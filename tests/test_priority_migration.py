@@ -63,7 +63,7 @@ def stored_layout(db) -> int:
 def test_legacy_entries_read_as_band_0(db):
     write_layout_2(db, ["old-due"])
     write_layout_2(db, ["old-later"], stime=FUTURE)
-    assert jobs.get_job(db, T, "old-due") == (T, "old-due", "pending", {}, 0.0, 0)
+    assert jobs.get_job(db, T, "old-due") == (T, "old-due", "pending", {}, 0.0, 0, None)
     assert stored_layout(db) == 2  # reading wrote nothing
     jobs.add(db, T, "worse", priority=1)
     jobs.add(db, T, "better", priority=-1)
