@@ -102,6 +102,13 @@ def _come_in(tr, type: str, key: str, stime: float) -> None:
         _set_place(tr, type, key, (ASLEEP, float(stime)))
 
 
+def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | None) -> None:
+    """Queue a job (``pending.enqueue``), and bring its key in (:func:`queued`)."""
+    pending.enqueue(tr, type, priority, stime, job_id, key)
+    if key is not None:
+        queued(tr, type, key, stime)
+
+
 def queued(tr, type: str, key: str, stime: float) -> None:
     """A job of ``key`` scheduled at ``stime`` was enqueued: bring the key in, or wake it
     sooner.  Reads the key's place with a conflict (written only when it moves between
@@ -128,10 +135,7 @@ def next_due(tr, type: str) -> float | None:
     return keys.KEYS.unpack(head[0])[2] if head else None
 
 
-def queued_keys(tr, type: str) -> list[str]:
-    """Every key of ``type`` with pending jobs (a snapshot read of their places)."""
-    r = keys.KEY_STATE[type].range()
-    return [keys.KEY_STATE.unpack(bytes(k))[1] for k, _v in tr.snapshot.get_range(r.start, r.stop)]
+queued_keys = pending.queued_keys
 
 
 def counts(tr, type: str) -> dict[str, int]:

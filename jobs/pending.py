@@ -23,7 +23,7 @@ import time
 import uuid
 from itertools import takewhile
 
-from . import fairness, keys
+from . import keys
 from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import run
@@ -38,7 +38,7 @@ _QUEUED_AT = struct.Struct(">d")
 
 def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
     """Queue the job in band ``priority`` at ``stime``: in the type's queue, or in its job
-    key's queue (``key``), bringing the key into the rotation (``fairness.py``)."""
+    key's queue (``key``; ``fairness.enqueue`` also brings the key into the rotation)."""
     # A key only layout 3 can read: the store's layout says 3 first (no read once known).
     keys.upgrade_layout(tr)
     # The value: when the job was enqueued (wall clock of the enqueuing machine, for people:
@@ -48,7 +48,6 @@ def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | 
         tr.set(keys.pending_key(type, priority, stime, job_id), queued)
     else:
         tr.set(keys.keyed_pending_key(type, key, priority, stime, job_id), queued)
-        fairness.queued(tr, type, key, stime)
     wake(tr, type)
 
 
@@ -222,11 +221,17 @@ def count(tr, type: str, max_stime: float | None = None, limit: int | None = Non
     if max_stime is None:  # every keyed job: one range
         begin = keys.KPENDING.pack((type,))
         return total + len(_read(tr, begin, strinc(begin), 0 if limit is None else limit - total))
-    for key in fairness.queued_keys(tr, type):
+    for key in queued_keys(tr, type):
         total += count_in(tr, keys.key_queue(type, key), max_stime, None if limit is None else limit - total)
         if limit is not None and total >= limit:
             break
     return total
+
+
+def queued_keys(tr, type: str) -> list[str]:
+    """Every job key of ``type`` with pending jobs (a snapshot read of their places)."""
+    r = keys.KEY_STATE[type].range()
+    return [keys.KEY_STATE.unpack(bytes(k))[1] for k, _v in tr.snapshot.get_range(r.start, r.stop)]
 
 
 def count_in(tr, queue: bytes, max_stime: float | None, limit: int | None, legacy: bool = False) -> int:

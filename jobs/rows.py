@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from . import fairness, keys, limits, pending
+from . import fairness, keys, limits
 from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
@@ -74,7 +74,7 @@ def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Los
     slots freed by the caller).  Clears LastLock: a creator's (or the monitor's) change.
     ``lost``: the run's lost-worker count to keep (None: a new run, counted from 0)."""
     put(tr, type, job_id, Row(None, None, stime, False, raw, lost=lost, priority=priority, key=key))
-    pending.enqueue(tr, type, priority, stime, job_id, key)
+    fairness.enqueue(tr, type, priority, stime, job_id, key)
     bump_activity(tr, type)
 
 

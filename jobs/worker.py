@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, keys, pending, rows
+from . import checks, fairness, keys, pending, rows
 from . import failed as failed_index
 from . import finished as finished_index
 from .accepting import AcceptCall
@@ -131,7 +131,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
         if row.resubmit:
             rows.put(tr, job.type, job.id,
                      Row(None, None, row.stime, False, final, job.lock, priority=row.priority, key=row.key))
-            pending.enqueue(tr, job.type, row.priority, row.stime, job.id, row.key)
+            fairness.enqueue(tr, job.type, row.priority, row.stime, job.id, row.key)
         else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
             rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker,
                                                row.lost, row.priority, row.key))

@@ -216,7 +216,7 @@ def test_finish_of_a_resubmitted_job_retried_after_1021(db, unknown):
     jobs.add(db, T, "j", {}, 5)  # flagged: the finish re-enqueues it
     unknown.armed = 1
     jobs.finish(unknown, job)
-    assert jobs.get_job(db, T, "j")[2:] == ("pending", {}, 5.0, 0)
+    assert jobs.get_job(db, T, "j")[2:] == ("pending", {}, 5.0, 0, None)
     assert jobs.pending_count(db, T) == 1
 
 
