@@ -66,3 +66,13 @@ def test_report_renders_failures_and_numbers():
     assert "| ours (embedded engine) | 300 |" in md
     assert "failed 1/1: hung" in md
     assert "none within 30 s" in md
+
+
+def test_fairness_bench_starts_key_b():
+    p = subprocess.run([sys.executable, "-m", "bench.fairness", "--flood", "300", "--workers", "2", "--repeat", "1"],
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| keys A and B") or line.startswith("| no keys")]
+    assert len(rows) == 2, p.stdout
+    assert "not started" not in rows[0], p.stdout  # key B's job was taken
+    assert "key B's first job started after" in p.stdout, p.stdout
