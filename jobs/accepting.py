@@ -111,9 +111,8 @@ class AcceptCall:
         room = admission.room(self.limit)
         if not room:  # the type's running or rate limit is reached
             return self._nothing(tr, also, None, admission.due)
-        turns = None
-        if fairness.active(tr, self.type):
-            turns = fairness.Turns(tr, self.type, admission, 0.0 if self.no_schedule else max_stime, now)
+        turns = fairness.turns_for(tr, self.type, admission, 0.0 if self.no_schedule else max_stime, now)
+        if turns is not None:
             picked = [entry for entry, _key in turns.pick(room)]
         else:
             picked = pending.pick(tr, self.type, max_stime, room, self.no_schedule)

@@ -213,6 +213,14 @@ def _read_bytes(raw: bytes, pos: int) -> tuple[bytes, int]:
 def _unpack_row(raw: bytes) -> tuple | None:
     """The fields of a row in the usual shape (six, or eight or nine without Lost), else None (left
     to the tuple layer)."""
+    fields = unpack_flat(raw)
+    return fields if fields is not None and len(fields) in (6, 8, 9) else None
+
+
+def unpack_flat(raw: bytes) -> tuple | None:
+    """The elements of a packed tuple of None, bytes, str, float, bool, int and
+    versionstamps (no nesting), as the tuple layer reads them; None for any other shape
+    (left to the tuple layer).  For rows and keys read on every job operation."""
     fields = []
     pos, n = 0, len(raw)
     while pos < n:
@@ -249,7 +257,7 @@ def _unpack_row(raw: bytes) -> tuple | None:
             pos += 13
         else:
             return None
-    return tuple(fields) if len(fields) in (6, 8, 9) else None
+    return tuple(fields)
 
 
 # --- job data ----------------------------------------------------------------------------

@@ -76,10 +76,12 @@ def _snapshot_first(tr, begin: bytes, end: bytes, limit: int) -> list[bytes]:
     return [bytes(k) for k, _v in tr.snapshot.get_range(begin, end, limit=limit)]
 
 
-def active(tr, type: str) -> bool:
-    """Whether any key of ``type`` has pending jobs (a snapshot read): accept takes turns."""
+def turns_for(tr, type: str, admission, max_stime: float, now: float) -> Turns | None:
+    """The :class:`Turns` of an accept attempt, None when no key of ``type`` has pending
+    jobs (one snapshot read, whose entries the first pick uses)."""
     prefix = keys.keys_prefix(type)
-    return bool(_snapshot_first(tr, prefix, strinc(prefix), 1))
+    head = _snapshot_first(tr, prefix, strinc(prefix), HEAD)
+    return Turns(tr, type, admission, max_stime, now, head) if head else None
 
 
 def lowest_turn(tr, type: str) -> int:
@@ -153,11 +155,15 @@ class Turns:
     through ``admission`` as they are picked.  ``wrote``: the rotation changed (keys
     moved, slept or left) even if nothing was picked."""
 
-    def __init__(self, tr, type: str, admission, max_stime: float, now: float):
+    def __init__(self, tr, type: str, admission, max_stime: float, now: float, head: list[bytes]):
         self.tr, self.type, self.adm = tr, type, admission
         self.max_stime, self.now = max_stime, now
         self.wrote = False
         self._unkeyed = keys.pending_prefix(type)
+        # The first entries of keys/Type (turns, then sleepers, then full keys), as read
+        # before this attempt changed any: spares the first step's reads.
+        self._head = [keys.KEYS.unpack(k)[1:] for k in head]
+        self._head_complete = len(head) < HEAD  # every entry of keys/Type is in it
 
     def pick(self, limit: int) -> list[tuple[bytes, str | None]]:
         self._wake_sleepers()
@@ -192,8 +198,11 @@ class Turns:
         come in at the lowest turn, as a key does: their turn is recorded when an accept
         first sees them due, and forgotten when one sees none due (so a turn left from
         long ago does not give them a run of picks)."""
-        prefix = keys.keys_prefix(self.type, TURNS)
-        turns = [keys.KEYS.unpack(k)[2:] for k in _snapshot_first(self.tr, prefix, strinc(prefix), HEAD)]
+        if not self.wrote:  # the head read first is still true
+            turns = [entry[1:] for entry in self._head if entry[0] == TURNS]
+        else:
+            prefix = keys.keys_prefix(self.type, TURNS)
+            turns = [keys.KEYS.unpack(k)[2:] for k in _snapshot_first(self.tr, prefix, strinc(prefix), HEAD)]
         lowest = turns[0][0] if turns else None
         raw = value_of(self.tr.snapshot.get(keys.unkeyed_turn_key(self.type)))
         turn = None if raw is None else fdb_tuple.unpack(raw)[0]
@@ -217,18 +226,18 @@ class Turns:
         to the next turn, asleep, full, or out of the rotation when its queue is empty."""
         tr, entry = self.tr, _turn_key(self.type, turn, key)
         queue = keys.key_queue(self.type, key)
-        found = pending.pick_from(tr, queue, self.max_stime, 1)
+        found, more = pending.pick_one(tr, queue, self.max_stime)
         if not found:
             upcoming = pending.next_due_in(tr, queue, self.max_stime)
             self._leave(entry, key, queue) if upcoming is None else self._sleep(entry, key, upcoming)
             return None
-        job = found[0]
+        job = found
         wait = self.adm.key_wait(key, keys.job_id_of(job))
         if wait is not None:
             self._sleep(entry, key, wait)
             return None
         tr.clear(job)  # (taken by the caller; cleared here so that the next read below skips it)
-        if not _snapshot_first(tr, queue, strinc(queue), 1):
+        if not more and not _snapshot_first(tr, queue, strinc(queue), 1):
             self._leave(entry, key, queue)
         elif not alone:
             tr.add_read_conflict_key(entry)
@@ -263,9 +272,13 @@ class Turns:
     def _wake_sleepers(self) -> None:
         """Bring back up to WAKE keys whose time has come (``now``: a rate slot frees by
         the clock, whatever ``max_sched_time`` the accept was given)."""
-        prefix = keys.keys_prefix(self.type, ASLEEP)
-        end = strinc(keys.KEYS.pack((self.type, ASLEEP, float(self.now))))
-        due = _snapshot_first(self.tr, prefix, end, WAKE)
+        if self._head_complete:  # every sleeper is in the head
+            due = [_asleep_key(self.type, entry[1], entry[2]) for entry in self._head
+                   if entry[0] == ASLEEP and entry[1] <= self.now][:WAKE]
+        else:
+            prefix = keys.keys_prefix(self.type, ASLEEP)
+            end = strinc(keys.KEYS.pack((self.type, ASLEEP, float(self.now))))
+            due = _snapshot_first(self.tr, prefix, end, WAKE)
         if not due:
             return
         turn = lowest_turn(self.tr, self.type)

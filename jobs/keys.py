@@ -77,7 +77,7 @@ import uuid
 import weakref
 
 from . import prefixes
-from .codec import pack_double, pack_int, pack_str, read_int
+from .codec import pack_double, pack_int, pack_str, read_int, unpack_flat
 from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, strinc, value_of
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
@@ -149,7 +149,8 @@ def keyed_pending_key(type: str, key: str, priority: int, stime: float, job_id: 
 
 def job_id_of(pending: bytes) -> str:
     """The job id of a pending key of any queue (its last element)."""
-    return fdb_tuple.unpack(pending)[-1]
+    fields = unpack_flat(pending)
+    return (fdb_tuple.unpack(pending) if fields is None else fields)[-1]
 
 
 def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:

@@ -168,6 +168,17 @@ def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = Fal
     return picked
 
 
+def pick_one(tr, queue: bytes, max_stime: float) -> tuple[bytes | None, bool]:
+    """One due key of the queue whose prefix is ``queue`` (as :func:`pick_from`), and
+    whether the head read showed other keys in the queue (False: maybe none)."""
+    for priority, head in queue_bands(tr, queue, SAMPLE):
+        end = _due_end(queue, priority, max_stime)
+        due = list(takewhile(lambda key: key < end, head))
+        if due:
+            return random.choice(due), len(head) > 1
+    return None, False
+
+
 def _run(keys_: list[bytes], n: int) -> list[bytes]:
     """``n`` neighbouring keys at a random place in ``keys_`` (all of them if fewer)."""
     if len(keys_) <= n:
