@@ -228,3 +228,35 @@ def test_slots_are_in_the_store_for_people(db):
     assert usage == (2, 2)
     assert run(db, lambda tr: limits.limited_types(tr)) == {T: Limits(2, Rate(10, 60.0))}
     assert keys.limits_key(T).startswith(keys.ROOT.key())
+
+
+# --- a Processor -------------------------------------------------------------------------
+
+
+def test_a_processor_keeps_to_the_limits(db):
+    from processors import Processor
+    from waiting import running, wait_until
+
+    jobs.set_limits(db, "work", concurrency=2, key_concurrency=1)
+    p = Processor(db)
+    lock = threading.Lock()
+    now: dict[str, int] = {}
+    peaks = {"all": 0}
+
+    @p.handler("work", timeout=30)
+    def work(ctx):
+        key = ctx.data["key"]
+        with lock:
+            now[key] = now.get(key, 0) + 1
+            peaks["all"] = max(peaks["all"], sum(now.values()))
+            peaks[key] = max(peaks.get(key, 0), now[key])
+        time.sleep(0.02)  # long enough for the other lanes to try to start more
+        with lock:
+            now[key] -= 1
+
+    jobs.set_type_timeout(db, "work", 30)
+    run(db, lambda tr: [jobs.add(tr, "work", f"k{i % 3}-{i}", {"key": f"k{i % 3}"}, key=f"k{i % 3}")
+                        for i in range(24)])
+    with running(p, concurrency=4):
+        assert wait_until(lambda: all(info.state == "finished" for info in jobs.get_jobs(db, "work")))
+    assert peaks["all"] <= 2 and all(peaks[f"k{i}"] <= 1 for i in range(3))

@@ -33,10 +33,10 @@ def paused_attempts(monkeypatch):
     seen = threading.Event()
     nothing = accepting.AcceptCall._nothing
 
-    def spy(self, tr, also, max_stime):
+    def spy(self, tr, also, max_stime, *args, **kwargs):
         if max_stime is None:
             seen.set()
-        return nothing(self, tr, also, max_stime)
+        return nothing(self, tr, also, max_stime, *args, **kwargs)
 
     monkeypatch.setattr(accepting.AcceptCall, "_nothing", spy)
     return seen
