@@ -42,10 +42,11 @@ def task_id(type: str, params: dict | None) -> str:
 
 
 def submit(db, type: str, params: dict | None = None, *, job_id: str | None = None, unique: bool = False,
-           at: float = 0, priority: int = 0) -> "TaskFuture":
+           at: float = 0, priority: int = 0, key: str | None = None) -> "TaskFuture":
     """Enqueue a task of ``type`` with ``params`` (a JSON object) to run at ``at`` (seconds
-    since the epoch; 0: now) with ``priority`` (lower first, as ``jobs.add``), and return
-    its TaskFuture; retries keep the priority.
+    since the epoch; 0: now) with ``priority`` (lower first, as ``jobs.add``) under the job
+    key ``key`` (a tenant: keys take turns and have their own limits, as ``jobs.add``), and
+    return its TaskFuture; retries keep the priority and the key.
 
     ``job_id``: the id to use (default: a random one); ``unique=True`` derives it from the
     params (:func:`task_id`).  With an explicit or unique id, a task of that id that is
@@ -55,6 +56,8 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
     if job_id is not None and unique:
         raise ValueError("submit() takes job_id or unique=True, not both")
     checks.priority(priority)
+    if key is not None:
+        checks.name(key, "key", new=True)
     params = {} if params is None else params
     if isinstance(params, dict) and behaviors.TASK_KEY in params:
         raise ValueError(f"params may not use the reserved key {behaviors.TASK_KEY!r}")
@@ -79,7 +82,7 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
             state = None
         if state is not None and (not given or state in ("pending", "running")):
             return  # a fresh random id exists only if our add committed; else join the task
-        jobs.add(tr, type, job_id, params, scheduled_time=at, priority=priority)
+        jobs.add(tr, type, job_id, params, scheduled_time=at, priority=priority, key=key)
         if given:
             LAYOUT.upgrade(tr)
             tr.set(mark, nonce)

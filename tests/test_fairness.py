@@ -165,3 +165,26 @@ def test_a_batch_takes_turns_too(db):
     add_many(db, 20, "b", "B")
     batch = jobs.accept_many(db, T, 6, timeout=0)
     assert sorted(key_of(j) for j in batch) == ["a"] * 3 + ["b"] * 3
+
+
+def test_a_submitted_task_keeps_its_key_across_retries(db):
+    import processors
+    from waiting import running, wait_until
+
+    p = processors.Processor(db)
+    attempts = []
+
+    @p.handler("keyed", timeout=30, retry=processors.Retry(max_attempts=2, backoff=0))
+    def flaky(ctx):
+        attempts.append(jobs.get_job(db, "keyed", ctx.job_id).key)
+        if len(attempts) == 1:
+            raise RuntimeError("once")
+        return {"ok": True}
+
+    future = p.submit("keyed", {}, key="tenant-7")  # (the handler's timeout= set the type's)
+    with running(p):
+        assert future.result(DEADLINE) == {"ok": True}
+    assert attempts == ["tenant-7", "tenant-7"]
+    with pytest.raises(ValueError, match="key must not be empty"):
+        p.submit("keyed", {}, key="")
+    assert wait_until(lambda: jobs.get_job(db, "keyed", future.job_id).key == "tenant-7")
