@@ -6,13 +6,9 @@ that type rather than a made-up one."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from jobs.finished import KINDS
 from jobs.status import PLACES
-
-if TYPE_CHECKING:
-    from .http import Gathered
 
 # One gauge family per TypeStatus field, labelled by type: (name, field, help).
 GAUGES = (
@@ -68,8 +64,9 @@ def _number(value: float) -> str:
     return repr(value)
 
 
-def metrics_text(g: Gathered) -> str:
-    """The Prometheus text of one gather; a failed one has no per-type samples."""
+def metrics_text(g) -> str:
+    """The Prometheus text of one gather (an ``http.Gathered``); a failed one has no
+    per-type samples."""
     lines: list[str] = []
 
     def family(name: str, help: str, samples: list[tuple[str, float]]) -> None:
