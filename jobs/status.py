@@ -2,7 +2,9 @@
 every job row (see ``keys.py`` for the layout):
 
 * counts per type: ``pending`` and ``due`` from the pending queue's keys (each priority
-  band's ranges; ``bands`` keeps the counts of each priority band), ``running`` from
+  band's ranges) and from the keyed jobs' queues (``kpending``: one range per type, each
+  entry classified by its priority and scheduled time); ``bands`` keeps the counts of each
+  priority band, keyed jobs included.  ``running`` from
   the activity keys (one per running job), ``failed`` from the failed index (``failed.py``),
   ``finished`` (without failing) as the type's rows minus those three; ``lost``, the
   workers lost by the type's jobs in all, from the counter the activity monitor keeps.
@@ -14,6 +16,10 @@ every job row (see ``keys.py`` for the layout):
   ``due_asap`` counts the due jobs added with no scheduled time.
 * the most recent failures (id, when, reason), from the failed index's values.
 * the type's retention (``retention.py``): how long finished and failed jobs are kept.
+* the type's limits (``limits.py``) and how much of them is in use: the jobs holding one of
+  its running slots, the jobs started in the last rate period (``limits.usage``: at most
+  ``limits.MAX_SLOTS`` keys each); and how many of its job keys are in each place of the
+  rotation (``fairness.py``), counted in pages as the other ranges.
 * whether the type is paused, and since when (the pauser's wall clock; ``pausing.py``).
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
@@ -29,10 +35,13 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
-from . import activity, failed as failed_index, keys, pausing, pending, schedules as schedules_mod, type_timeouts
+from . import activity, fairness, failed as failed_index, keys, limits as limits_mod, pausing, pending
+from . import schedules as schedules_mod, type_timeouts
+from .limits import Limits
 from .retention import KEEP_FOREVER, Retention, get_retention
-from .engine import strinc
+from .engine import strinc, value_of
 from .engine.transactional import run
 
 BATCH = 10_000  # index keys counted per transaction (small keys, empty or short values)
@@ -75,6 +84,24 @@ class Band:
 
 
 @dataclass(frozen=True)
+class KeyPlaces:
+    """How many job keys of a type with pending jobs are in each place (``fairness.py``):
+    ``turns``, in the rotation, served in turn; ``asleep``, until their next job (or rate
+    slot) is due; ``full``, at their running limit until one of their jobs stops."""
+
+    turns: int = 0
+    asleep: int = 0
+    full: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.turns + self.asleep + self.full
+
+
+PLACES = {"turns": fairness.TURNS, "asleep": fairness.ASLEEP, "full": fairness.FULL}
+
+
+@dataclass(frozen=True)
 class TypeStatus:
     type: str
     timeout: float | None  # None: jobs of the type exist but its timeout was cleared
@@ -93,6 +120,10 @@ class TypeStatus:
     retention: Retention = KEEP_FOREVER  # how long finished and failed jobs are kept
     paused: bool = False  # no worker takes its jobs until it is resumed
     paused_since: float | None = None  # when it was paused (the pauser's wall clock)
+    limits: Limits | None = None  # its concurrency and rate limits (None: none)
+    running_slots: int | None = None  # jobs holding one of its running slots (None: no concurrency limit)
+    started_in_period: int | None = None  # jobs started in the last rate period (None: no rate limit)
+    keys: KeyPlaces = field(default_factory=KeyPlaces)  # its job keys with pending jobs, per place
 
 
 @dataclass(frozen=True)
@@ -111,7 +142,7 @@ def versions_are_time(db) -> bool:
 
 
 def gather(db, limit: int = 10, now: float | None = None) -> Status:
-    """Status of every type that has a timeout, is paused or has jobs; at most ``limit``
+    """Status of every type that has a timeout, is paused, has limits or has jobs; at most ``limit``
     running jobs (least recently active first) and ``limit`` failures (most recent first)
     listed per type (the counts cover all).  Read-only."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -125,10 +156,10 @@ def gather(db, limit: int = 10, now: float | None = None) -> Status:
 
 
 def job_types(tr) -> list[str]:
-    """Types that have a timeout, are paused or have at least one job, sorted.  Jobs are
-    found by skipping from one type's rows to the next (one read per type), not by reading
-    every row."""
-    found = set(type_timeouts.get_types(tr)) | set(pausing.paused_types(tr))
+    """Types that have a timeout, are paused, have limits or have at least one job, sorted.
+    Jobs are found by skipping from one type's rows to the next (one read per type), not
+    by reading every row."""
+    found = set(type_timeouts.get_types(tr)) | set(pausing.paused_types(tr)) | set(limits_mod.limited_types(tr))
     begin, end = keys.DATA.range().start, keys.DATA.range().stop
     while (key := _first_key(tr, begin, end)) is not None:
         type = keys.DATA.unpack(key)[0]
@@ -145,56 +176,79 @@ def _first_key(tr, begin: bytes, end: bytes) -> bytes | None:
 
 def _ranges(type: str, now: float, bands: list) -> dict:
     """name -> (begin, end, page size) of the ranges counted for ``type``; the pending
-    queue's names are (name, band), one per band in ``bands``."""
+    queue's names are (name, band), one per band in ``bands``; ``kpending`` holds every
+    keyed pending job of the type, ``keys:PLACE`` its job keys in each place."""
     queue = {}
     for band in bands:
         start = keys.band_prefix(type, band)
         queue[("pending", band)] = (start, strinc(start), BATCH)
         queue[("due", band)] = (start, strinc(keys.band_prefix(type, band, now)), BATCH)
         queue[("due_asap", band)] = (start, strinc(keys.band_prefix(type, band, 0.0)), BATCH)
+    keyed = keys.KPENDING.pack((type,))
+    places = {f"keys:{name}": keys.keys_prefix(type, part) for name, part in PLACES.items()}
     return {
         **queue,
+        "kpending": (keyed, strinc(keyed), BATCH),
+        **{name: (prefix, strinc(prefix), BATCH) for name, prefix in places.items()},
         "running": (*keys.activity_range(type), BATCH),
         "failed": (*failed_index.type_range(type), BATCH),
         "rows": (keys.DATA[type].range().start, keys.DATA[type].range().stop, DATA_BATCH),
     }
 
 
-def _page(tr, begin: bytes, end: bytes, size: int, seen=None) -> tuple[int, bytes | None]:
-    """Keys in one page of ``[begin, end)`` and where the next page starts (None: done).
-    ``seen(key, value)``, if given, is told of each entry."""
-    last, n = None, 0
+def _page(tr, begin: bytes, end: bytes, size: int, keep: bool = False) -> tuple[int, bytes | None, list]:
+    """Keys in one page of ``[begin, end)``, where the next page starts (None: done) and,
+    if ``keep``, the page's entries (told to :class:`_Collected` once the read is done: a
+    retried transaction must not tell them twice)."""
+    last, n, kept = None, 0, []
     for key, value in tr.snapshot.get_range(begin, end, limit=size):
         last, n = key, n + 1
-        if seen is not None:
-            seen(bytes(key), bytes(value))
-    return n, (bytes(last) + b"\x00" if n == size else None)
+        if keep:
+            kept.append((bytes(key), bytes(value)))
+    return n, (bytes(last) + b"\x00" if n == size else None), kept
 
 
 def _count_rest(db, begin: bytes | None, end: bytes, size: int, seen=None) -> int:
     total = 0
     while begin is not None:
-        n, begin = run(db, _page, begin, end, size, seen)
+        n, begin, kept = run(db, _page, begin, end, size, seen is not None)
         total += n
+        for key, value in kept:
+            seen(key, value)
     return total
 
 
 class _Collected:
-    """What the pages of the ``due`` and ``failed`` ranges tell besides their counts:
-    since when each due job waits, and the ``limit`` most recent failures."""
+    """What the pages of the ``due``, ``kpending`` and ``failed`` ranges tell besides their
+    counts: since when the longest-waiting due job waits, the keyed jobs per band (pending,
+    due, due as soon as possible), and the ``limit`` most recent failures."""
 
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.clear()
-
-    def clear(self) -> None:
-        self.waiting: list[float | None] = []  # since when each due job waits (None: unknown)
+    def __init__(self, limit: int, now: float):
+        self.limit, self.now = limit, now
+        self.since: float | None = None  # since when the longest-waiting due job waits
+        self.keyed: dict[str, dict[int, int]] = {"pending": {}, "due": {}, "due_asap": {}}
         self.failures: list[tuple[float, str, str | None]] = []  # a min-heap of (at, id, reason)
 
-    def due(self, key: bytes, value: bytes) -> None:
-        stime = keys.pending_entry(key)[1]
+    def _waits(self, stime: float, value: bytes) -> None:
         queued = pending.queued_at(value)
-        self.waiting.append(max(stime, queued) if queued is not None else stime or None)
+        since = max(stime, queued) if queued is not None else stime or None
+        if since is not None and (self.since is None or since < self.since):
+            self.since = since
+
+    def due(self, key: bytes, value: bytes) -> None:
+        self._waits(keys.pending_entry(key)[1], value)
+
+    def kpending(self, key: bytes, value: bytes) -> None:
+        """A keyed job's pending entry ``(Type, Key, Priority, STime, JobId)``."""
+        _type, _key, priority, stime, _id = keys.KPENDING.unpack(key)
+        kinds = ["pending"]
+        if stime <= self.now:
+            kinds.append("due")
+            self._waits(stime, value)
+            if stime == 0:
+                kinds.append("due_asap")
+        for kind in kinds:
+            self.keyed[kind][priority] = self.keyed[kind].get(priority, 0) + 1
 
     def failed(self, key: bytes, value: bytes) -> None:
         if self.limit:
@@ -204,65 +258,95 @@ class _Collected:
 
     def seen(self, name):
         name = name[0] if isinstance(name, tuple) else name
-        return {"due": self.due, "failed": self.failed}.get(name)
+        return {"due": self.due, "kpending": self.kpending, "failed": self.failed}.get(name)
 
     def recent_failures(self) -> list[Failure]:
         return [Failure(job_id, at, reason) for at, job_id, reason in sorted(self.failures, reverse=True)]
 
 
+class _Look(NamedTuple):
+    """What the first transaction of a type's status reads, in one snapshot."""
+
+    version: int
+    timeout: float | None
+    ranges: dict  # name -> (begin, end, page size)
+    pages: dict  # name -> the first page of the range: (count, next page's start, kept entries)
+    stamps: list  # (Seq, id) of the least recently active running jobs
+    last: bytes | None
+    lost: int
+    retention: Retention
+    limits: Limits | None
+    usage: tuple[int | None, int | None]  # limits.usage: (running slots held, started in the period)
+
+
+def _first_look(tr, type: str, now: float, limit: int, collected: _Collected) -> _Look:
+    """Everything but the pages after the first, in one snapshot."""
+    rv = tr.get_read_version().wait()
+    ranges = _ranges(type, float(now), [band for band, _head in pending.bands(tr, type)])
+    pages = {name: _page(tr, *r, collected.seen(name) is not None) for name, r in ranges.items()}
+    stamps = []
+    if limit:  # (a range read's limit 0 means "no limit")
+        for key, value in tr.snapshot.get_range(*keys.activity_range(type), limit=limit):
+            stamps.append((keys.ACTIVITY.unpack(key)[1], bytes(value).decode()))
+    type_limits = limits_mod.decode(value_of(tr.snapshot.get(keys.limits_key(type))))
+    usage = (None, None) if type_limits is None else limits_mod.usage(tr, type, type_limits, now)
+    return _Look(rv, type_timeouts.get_type_timeout(tr, type), ranges, pages, stamps,
+                 activity.last_activity(tr, type), activity.lost_total(tr, type), get_retention(tr, type),
+                 type_limits, usage)
+
+
+def _counts(db, look: _Look, collected: _Collected) -> dict:
+    """name -> how many keys the range holds, its first page and the rest (each page after
+    the first in its own transaction), told to ``collected`` as they are read."""
+    counts = {}
+    for name, (n, more, kept) in look.pages.items():
+        seen = collected.seen(name)
+        for key, value in kept:
+            seen(key, value)
+        counts[name] = n + _count_rest(db, more, *look.ranges[name][1:], seen)
+    return counts
+
+
 def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStatus:
-    ranges = {}
-
-    def first_look(tr):
-        """Everything but the pages after the first, in one snapshot."""
-        rv = tr.get_read_version().wait()
-        timeout = type_timeouts.get_type_timeout(tr, type)
-        collected.clear()  # (a retried attempt starts over)
-        ranges.clear()
-        ranges.update(_ranges(type, float(now), [band for band, _head in pending.bands(tr, type)]))
-        pages = {name: _page(tr, *r, collected.seen(name)) for name, r in ranges.items()}
-        stamps = []  # (Seq, id) of the least recently active running jobs
-        if limit:  # (a range read's limit 0 means "no limit")
-            for key, value in tr.snapshot.get_range(*keys.activity_range(type), limit=limit):
-                stamps.append((keys.ACTIVITY.unpack(key)[1], bytes(value).decode()))
-        return (rv, timeout, pages, stamps, activity.last_activity(tr, type), activity.lost_total(tr, type),
-                get_retention(tr, type))
-
-    collected = _Collected(limit)
-    rv, timeout, pages, stamps, last, lost, retention = run(db, first_look)
-    counts = {name: n + _count_rest(db, more, *ranges[name][1:], collected.seen(name))
-              for name, (n, more) in pages.items()}
-    since = min((t for t in collected.waiting if t is not None), default=None)
-    by_band = _by_band(counts)
+    collected = _Collected(limit, now)
+    look = run(db, _first_look, type, now, limit, collected)
+    counts = _counts(db, look, collected)
+    by_band = _by_band(counts, collected.keyed)
+    pending_total = sum(by_band["pending"].values())
 
     def stamped(stamp: bytes) -> Activity:
         version = int.from_bytes(stamp[:8], "big")
-        behind = rv - version
+        behind = look.version - version
         return Activity(version, behind, behind / FDB_VERSIONS_PER_SECOND if timed else None)
 
     return TypeStatus(
         type=type,
-        timeout=timeout,
-        pending=sum(by_band["pending"].values()),
+        timeout=look.timeout,
+        pending=pending_total,
         due=sum(by_band["due"].values()),
         due_asap=sum(by_band["due_asap"].values()),
-        oldest_due_age=None if since is None else max(0.0, now - since),
+        oldest_due_age=None if collected.since is None else max(0.0, now - collected.since),
         running=counts["running"],
         # clamped: pages after the first are read at later versions than each other
-        finished=max(0, counts["rows"] - sum(by_band["pending"].values()) - counts["running"] - counts["failed"]),
-        last_change=None if last is None else stamped(last),
-        running_jobs=[RunningJob(job_id, stamped(seq.tr_version)) for seq, job_id in stamps],
+        finished=max(0, counts["rows"] - pending_total - counts["running"] - counts["failed"]),
+        last_change=None if look.last is None else stamped(look.last),
+        running_jobs=[RunningJob(job_id, stamped(seq.tr_version)) for seq, job_id in look.stamps],
         failed=counts["failed"],
-        lost=lost,
+        lost=look.lost,
         recent_failures=collected.recent_failures(),
         bands=[Band(p, n, by_band["due"].get(p, 0)) for p, n in sorted(by_band["pending"].items()) if n],
-        retention=retention,
+        retention=look.retention,
+        limits=look.limits,
+        running_slots=look.usage[0],
+        started_in_period=look.usage[1],
+        keys=KeyPlaces(**{name: counts[f"keys:{name}"] for name in PLACES}),
     )
 
 
-def _by_band(counts: dict) -> dict[str, dict[int, int]]:
-    """The pending queue's counts: name -> {priority: count}, legacy entries in band 0."""
-    out: dict[str, dict[int, int]] = {"pending": {}, "due": {}, "due_asap": {}}
+def _by_band(counts: dict, keyed: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+    """The pending counts: name -> {priority: count}, the type's queue (legacy entries in
+    band 0) and the keyed jobs' queues (``keyed``, counted by :class:`_Collected`) together."""
+    out: dict[str, dict[int, int]] = {kind: dict(per_band) for kind, per_band in keyed.items()}
     for name, n in counts.items():
         if isinstance(name, tuple):
             kind, band = name

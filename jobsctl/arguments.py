@@ -1,4 +1,4 @@
-"""Arguments of the ``jobs`` command: times (``--at``), counts, grace periods, worker
+"""Arguments of the ``jobs`` command: times (``--at``), counts, rates, grace periods, worker
 targets and job data, each checked with a clear usage error."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 import orjson
 
 import jobs
-from jobs import checks
+from jobs import checks, limits
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -77,6 +77,27 @@ def count(text: str, least: int, most: int | None = None) -> int:
         expected = f">= {least}" if most is None else f"from {least} to {most}"
         raise argparse.ArgumentTypeError(f"expected an integer {expected}, not {text!r}")
     return value
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """``--rate``/``--key-rate``: ``COUNT/SECONDS``, at most COUNT jobs started per SECONDS
+    (``100/60``, ``5/1.5``; the seconds may be N[s|m|h|d]: ``1000/1h``), as
+    ``jobs.set_limits`` checks it: a count from 1 to ``limits.MAX_SLOTS``, positive seconds."""
+    count_text, slash, period = text.strip().partition("/")
+    amount, unit = (period[:-1], period[-1]) if period[-1:] in _UNITS else (period, "s")
+    try:
+        n, seconds = int(count_text), float(amount) * _UNITS[unit]
+    except ValueError:
+        n = seconds = None
+    if not slash or n is None:
+        raise argparse.ArgumentTypeError(
+            f"bad rate {text!r}: expected COUNT/SECONDS, such as 100/60 (100 jobs started per minute), "
+            "5/1.5 or 1000/1h") from None
+    if not 1 <= n <= limits.MAX_SLOTS or not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"bad rate {text!r}: the count must be from 1 to {limits.MAX_SLOTS} and the seconds a positive "
+            "number (to stop a type, pause it)")
+    return n, seconds
 
 
 def grace(text: str) -> float:

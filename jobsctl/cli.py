@@ -28,12 +28,13 @@ from .commands import (
     cmd_status, cmd_types,
 )
 from .retention import HUMAN as RETENTION_HUMAN, add_commands as _add_retention_commands
+from .limits import HUMAN as LIMITS_HUMAN, add_commands as _add_limits_commands
 from .commands import cmd_migrate, cmd_pause, cmd_resume
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
 
 STATES = ("pending", "running", "finished")
-HUMAN = {**HUMAN, **RETENTION_HUMAN}
+HUMAN = {**HUMAN, **RETENTION_HUMAN, **LIMITS_HUMAN}
 GC_GRACE = 600.0  # `gc --grace` default: pipeline.collector.DEFAULT_GRACE (checked by a test)
 
 
@@ -72,6 +73,9 @@ def _add_job_commands(command) -> None:
                         "zone), +N[s|m|h|d] from now or -N[s|m|h|d] ago (default: as soon as possible)")
     p.add_argument("--priority", metavar="N", type=parse_priority, default=0,
                    help="its priority band: due jobs of a lower priority run first (default 0; negatives allowed)")
+    p.add_argument("--key", metavar="KEY",
+                   help="its job key (a tenant, say): each key's jobs wait in their own queue and the keys take "
+                        "turns, under the type's per-key limits ('jobs set-limits'; default: no key)")
     for name, run, help in (("remove", cmd_remove, "remove a job in any state (its worker gets Halt)"),
                             ("show", cmd_show, "a job's state, data and scheduled time")):
         _job_arguments(command(name, run, help))
@@ -153,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_commands(command)
     _add_type_commands(command)
     _add_retention_commands(command)
+    _add_limits_commands(command)
     _add_service_commands(command)
     p = command("help", cmd_help, "describe the commands, or one command")
     p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)
@@ -164,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command in ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     try:
         args = build_parser().parse_args(attach_past_times(sys.argv[1:] if argv is None else argv))
+        if getattr(args, "check", None) is not None:  # what one option alone does not tell
+            args.check(args)
     except SystemExit as exc:  # argparse: -h (0) or a usage error (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import pending, schedules, status as status_mod
+from jobs import pending, rows, schedules, status as status_mod
 from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction
 
@@ -26,17 +26,23 @@ def open_store(args, create: bool = True):
             close()
 
 
+def with_key(tr, doc: dict) -> dict:
+    """The job's document with its job key, when it has one (``JobInfo`` has none)."""
+    row = rows.get(tr, doc["type"], doc["id"])
+    return doc if row is None or row.key is None else {**doc, "key": row.key}
+
+
 @jobs.transactional
-def add_and_get(tr, type, job_id, data, at, priority=0):
-    jobs.add(tr, type, job_id, data, at, priority=priority)
-    return jobs.get_job(tr, type, job_id)
+def add_and_get(tr, type, job_id, data, at, priority=0, key=None):
+    jobs.add(tr, type, job_id, data, at, priority=priority, key=key)
+    return with_key(tr, job_doc(jobs.get_job(tr, type, job_id)))
 
 
 def cmd_add(args):
     data = data_object(args.data)
     with open_store(args) as db:
         try:
-            return job_doc(add_and_get(db, args.type, args.id, data, args.at, args.priority))
+            return add_and_get(db, args.type, args.id, data, args.at, args.priority, args.key)
         except jobs.NoTypeTimeout as exc:
             raise jobs.NoTypeTimeout(
                 f"job type {args.type!r} has no timeout: run 'jobs set-timeout {args.type} SECONDS' first"
@@ -51,7 +57,7 @@ def cmd_remove(args):
 
 @jobs.transactional
 def job_and_run(tr, type, job_id):
-    return {**job_doc(jobs.get_job(tr, type, job_id)), **run_doc(get_run_info(tr, type, job_id))}
+    return {**with_key(tr, job_doc(jobs.get_job(tr, type, job_id))), **run_doc(get_run_info(tr, type, job_id))}
 
 
 def cmd_show(args):

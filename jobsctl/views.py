@@ -158,6 +158,7 @@ def human_status(st: status_mod.Status) -> str:
         out.append("cron schedules ('jobs schedules' tells more):\n" + table(
             ["TYPE", "CRON", "NEXT TICK"], [[s.type, f"{s.expression} ({s.tz})", tick(s.next, st.now)]
                                             for s in st.schedules]))
+    out += controls(st)
     kept = [printable(f"{t.type}: finished {kept_for(t.retention.finished)}, failed {kept_for(t.retention.failed)}")
             for t in st.types if t.retention != status_mod.KEEP_FOREVER]
     if kept:
@@ -166,6 +167,35 @@ def human_status(st: status_mod.Status) -> str:
     if st.versions == "commits":
         notes.append("embedded engine: the store records activity as commit versions, not times")
     return "\n\n".join(out + ["\n".join(f"({n})" for n in notes)] if notes else out)
+
+
+def limits_used(t: status_mod.TypeStatus) -> str:
+    """``running 3/10, started 40/100 per 60s; per key: running 2, rate 5/1s``: the type's
+    limits, with how much of them is in use."""
+    lim, whole, per_key = t.limits, [], []
+    if lim.concurrency is not None:
+        whole.append(f"running {t.running_slots}/{lim.concurrency}")
+    if lim.rate is not None:
+        whole.append(f"started {t.started_in_period}/{lim.rate.count} per {lim.rate.seconds:g}s")
+    if lim.key_concurrency is not None:
+        per_key.append(f"running {lim.key_concurrency}")
+    if lim.key_rate is not None:
+        per_key.append(f"rate {lim.key_rate}")
+    return "; ".join(([", ".join(whole)] if whole else []) + (["per key: " + ", ".join(per_key)] if per_key else []))
+
+
+def controls(st: status_mod.Status) -> list[str]:
+    """``jobs status``'s sections on limits and job keys (none when no type has any)."""
+    out = []
+    limited = [printable(f"{t.type}: {limits_used(t)}") for t in st.types if t.limits is not None]
+    if limited:
+        out.append("limits (only jobs started while a limit is set count against it; 'jobs limits' lists them):\n"
+                   + "\n".join(limited))
+    keyed = [printable(f"{t.type}: {k.turns} in turn, {k.asleep} asleep, {k.full} at their limit")
+             for t in st.types if (k := t.keys).total]
+    if keyed:
+        out.append("job keys with pending jobs (each key takes its turn):\n" + "\n".join(keyed))
+    return out
 
 
 def tick(t: float | None, now: float) -> str:

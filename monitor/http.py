@@ -1,7 +1,7 @@
 """The status of a job store over HTTP, for people and for Prometheus (stdlib only):
 
     /status   the JSON document of ``jobs.status.gather``, as ``jobs status --json`` prints it
-    /metrics  the same counts as Prometheus gauges (text exposition format 0.0.4)
+    /metrics  the same counts as Prometheus gauges (text exposition format 0.0.4; ``metrics.py``)
     /         an HTML dashboard, rendered here and refreshed from /status every 2 s
     /healthz  ``ok`` when a read transaction on the store succeeds, else 503 and the error
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import logging
-import math
 import socket
 import string
 import threading
@@ -29,7 +28,8 @@ import orjson
 
 from jobs import keys, status
 from jobs.engine.transactional import run
-from jobs.finished import KINDS
+
+from .metrics import metrics_text
 
 log = logging.getLogger("monitor.http")
 
@@ -142,64 +142,6 @@ def _probe(tr) -> None:
     tr.options.set_timeout(HEALTH_TIMEOUT_MS)
     tr.get_read_version().wait()
     tr.snapshot.get(keys.LAYOUT_KEY).wait()
-
-
-# --- /metrics --------------------------------------------------------------------------------
-
-# One gauge family per TypeStatus field, labelled by type: (name, field, help).
-GAUGES = (
-    ("jobs_pending", "pending", "Jobs waiting to run, due or scheduled later."),
-    ("jobs_due", "due", "Pending jobs scheduled at or before now."),
-    ("jobs_running", "running", "Jobs accepted by a worker and not finished."),
-    ("jobs_finished", "finished", "Finished jobs still in the store, except the failed ones."),
-    ("jobs_failed", "failed", "Finished jobs that failed (retries used up, or too many workers lost)."),
-    ("jobs_lost", "lost", "Workers lost by the type's jobs (re-enqueued by an activity monitor), in all."),
-    ("jobs_oldest_due_age_seconds", "oldest_due_age", "How long the longest-waiting due job has waited."),
-    ("jobs_type_timeout_seconds", "timeout", "How long a running job of the type may go without update."),
-    ("jobs_paused", "paused", "1 if the type is paused (no worker takes its jobs), else 0."),
-)
-
-BAND_GAUGES = (  # per type and priority band (lower runs first)
-    ("jobs_pending_by_priority", "pending", "Pending jobs of the priority band."),
-    ("jobs_due_by_priority", "due", "Due pending jobs of the priority band."),
-)
-
-
-def _label(value: str) -> str:
-    """A label value escaped as the text format requires."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if isinstance(value, bool):  # (a flag: 1 or 0, not Python's True)
-        return str(int(value))
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    return repr(value)
-
-
-def metrics_text(g: Gathered) -> str:
-    """The Prometheus text of one gather; a failed one has no per-type samples."""
-    lines: list[str] = []
-
-    def family(name: str, help: str, samples: list[tuple[str, float]]) -> None:
-        lines.extend([f"# HELP {name} {help}", f"# TYPE {name} gauge"])
-        lines.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
-
-    types = g.status.types if g.status is not None else []
-    for name, field, help in GAUGES:
-        family(name, help, [(f'{{type="{_label(t.type)}"}}', getattr(t, field))
-                            for t in types if getattr(t, field) is not None])
-    for name, field, help in BAND_GAUGES:
-        family(name, help, [(f'{{type="{_label(t.type)}",priority="{b.priority}"}}', getattr(b, field))
-                            for t in types for b in t.bands])
-    family("jobs_retention_seconds", "How long the type's finished (or failed) jobs are kept; absent: forever.",
-           [(f'{{type="{_label(t.type)}",kind="{kind}"}}', t.retention.period(kind))
-            for t in types for kind in KINDS if t.retention.period(kind) is not None])
-    family("jobs_status_gather_seconds", "How long the last status gather took.", [("", g.seconds)])
-    family("jobs_status_up", "1 if the last status gather succeeded, 0 if it failed.",
-           [("", 0 if g.error else 1)])
-    return "\n".join(lines) + "\n"
 
 
 # --- / ---------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pytest
 import jobs
 from jobs import status
 from jobsctl import cli
+from jobsctl.arguments import parse_rate
 from jobs.engine.urls import ENV_VAR
 from stored import add_unchecked, age_trash, snapshot
 from waiting import DEADLINE, wait_until
@@ -69,7 +70,8 @@ def run_json(capsys, *argv):
 def test_help(capsys):
     code, out, _ = run(capsys, "help")
     assert code == 0
-    for name in ("add", "remove", "show", "list", "types", "set-timeout", "worker", "monitor", "status"):
+    for name in ("add", "remove", "show", "list", "types", "set-timeout", "worker", "monitor", "status", "set-limits",
+                 "clear-limits", "limits"):
         assert name in out
     assert run(capsys, "-h")[0] == 0
     code, out, _ = run(capsys, "help", "add")
@@ -357,6 +359,25 @@ BAD = [
     (["remove", "t", "nope"], 1, "job t/nope not found"),
     (["show", "t", ""], 1, "job id must not be empty"),
     (["status", "--limit", "-1"], 2, "expected an integer >= 0"),
+    (["set-limits", "t"], 2, "give at least one of --concurrency, --rate, --key-concurrency, --key-rate (to remove "
+                             "every limit: 'jobs clear-limits t')"),
+    (["set-limits"], 2, "required: TYPE"),
+    (["set-limits", "t", "--rate", "100"], 2, "argument --rate: bad rate '100': expected COUNT/SECONDS"),
+    (["set-limits", "t", "--rate", "5/x"], 2, "bad rate '5/x': expected COUNT/SECONDS, such as 100/60"),
+    (["set-limits", "t", "--rate", "1.5/60"], 2, "bad rate '1.5/60'"),
+    (["set-limits", "t", "--key-rate", "0/60"], 2, "argument --key-rate: bad rate '0/60': the count must be from 1 "
+                                                   "to 10000 and the seconds a positive number"),
+    (["set-limits", "t", "--rate", "10/0"], 2, "bad rate '10/0': the count must be from 1 to 10000"),
+    (["set-limits", "t", "--rate", "10/nan"], 2, "bad rate '10/nan'"),
+    (["set-limits", "t", "--rate", "10/inf"], 2, "bad rate '10/inf'"),
+    (["set-limits", "t", "--concurrency", "0"], 2, "argument --concurrency: expected an integer from 1 to 10000, not '0'"),
+    (["set-limits", "t", "--key-concurrency", "10001"], 2, "argument --key-concurrency: expected an integer from 1 to "
+                                                          "10000, not '10001'"),
+    (["set-limits", "t", "--concurrency", "two"], 2, "expected an integer from 1 to 10000, not 'two'"),
+    (["set-limits", "a\tb", "--concurrency", "1"], 1, "control character"),
+    (["clear-limits"], 2, "required: TYPE"),
+    (["add", "t", "a", "--key", "a\nb"], 1, "key "),
+    (["add", "t", "a", "--key", ""], 1, "key "),
     (["worker", "tasks"], 2, "expected MODULE:PROCESSOR"),
     (["worker", "tasks:p", "--concurrency", "0"], 2, "expected an integer >= 1"),
     (["--store", "bogus", "list"], 1, "bad store URL 'bogus'"),
@@ -620,3 +641,114 @@ def test_add_with_a_priority_and_status_per_band(capsys, url, db):
         code, _out, err = run(capsys, "--store", url, "add", "t", "c", "--priority", bad)
         assert code == 2 and "priority" in err
     assert snapshot(db) == before
+
+
+# --- limits and job keys ---------------------------------------------------------------------
+
+
+def test_parse_rate():
+    assert parse_rate("100/60") == (100, 60.0)
+    assert parse_rate(" 5/1.5 ") == (5, 1.5)
+    assert parse_rate("1000/1h") == (1000, 3600.0)
+    assert parse_rate("10/2m") == (10, 120.0)
+    assert parse_rate("10000/1d") == (10000, 86400.0)
+    for bad in ("", "100", "/60", "100/", "a/60", "1e3/60", "100/60x", "100 60", "10001/1", "-1/1", "1/-1", "1/0s"):
+        with pytest.raises(Exception, match=f"bad rate {bad!r}"):
+            parse_rate(bad)
+
+
+def test_set_limits_limits_and_clear_limits(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    code, out, _ = run(capsys, "--store", url, "limits")
+    assert code == 0 and out == "(no limits: 'jobs set-limits TYPE ...' sets some)\n"
+    code, out, err = run(capsys, "--store", url, "set-limits", "t", "--concurrency", "10", "--rate", "100/60",
+                         "--key-concurrency", "2", "--key-rate", "5/1.5")
+    assert code == 0, err
+    assert out == "t: running 10, rate 100/60s, per key running 2, per key rate 5/1.5s (only jobs started while a " \
+                  "limit is set count against it)\n"
+    assert jobs.get_limits(db, "t") == jobs.Limits(10, jobs.Rate(100, 60.0), 2, jobs.Rate(5, 1.5))
+    doc = run_json(capsys, "--store", url, "set-limits", "u", "--rate", "1000/1h")  # replaces, or sets, them all
+    assert doc == {"type": "u", "concurrency": None, "rate": {"count": 1000, "seconds": 3600.0},
+                   "key_concurrency": None, "key_rate": None}
+    assert run_json(capsys, "--store", url, "limits") == [
+        {"type": "t", "concurrency": 10, "rate": {"count": 100, "seconds": 60.0}, "key_concurrency": 2,
+         "key_rate": {"count": 5, "seconds": 1.5}}, doc]
+    code, out, _ = run(capsys, "--store", url, "limits")
+    head, *rows = out.splitlines()
+    assert head.split() == ["TYPE", "RUNNING", "RATE", "PER", "KEY", "RUNNING", "PER", "KEY", "RATE"]
+    assert [r.split() for r in rows] == [["t", "10", "100/60s", "2", "5/1.5s"], ["u", "-", "1000/3600s", "-", "-"]]
+    run(capsys, "--store", url, "set-limits", "t", "--key-concurrency", "3")  # the others are removed
+    assert jobs.get_limits(db, "t") == jobs.Limits(key_concurrency=3)
+    code, out, _ = run(capsys, "--store", url, "clear-limits", "t")
+    assert code == 0 and out == "t: no limits\n" and jobs.get_limits(db, "t") is None
+    assert run_json(capsys, "--store", url, "clear-limits", "u") == {
+        "type": "u", "concurrency": None, "rate": None, "key_concurrency": None, "key_rate": None}
+    assert run_json(capsys, "--store", url, "limits") == []
+    assert run(capsys, "--store", url, "clear-limits", "never-limited")[0] == 0  # nothing to clear: no error
+
+
+def test_a_refused_set_limits_writes_nothing(capsys, url, db):
+    jobs.set_limits(db, "t", concurrency=4)
+    before = snapshot(db)
+    for argv in (["t"], ["t", "--rate", "5/x"], ["t", "--concurrency", "0"], ["a\tb", "--concurrency", "1"]):
+        code, out, _ = run(capsys, "--store", url, "set-limits", *argv)
+        assert code in (1, 2) and out == ""
+    assert snapshot(db) == before and jobs.get_limits(db, "t") == jobs.Limits(concurrency=4)
+
+
+@pytest.mark.parametrize("argv", [["limits"], ["clear-limits", "t"], ["set-limits", "t", "--concurrency", "2"]])
+def test_limits_commands_never_create_a_store(capsys, tmp_path, argv):
+    path = tmp_path / "typo.sqlite"
+    code, out, err = run(capsys, "--store", f"sqlite:{path}", *argv)
+    assert code == 1 and out == "" and "does not exist; check the path" in err
+    assert os.listdir(tmp_path) == []
+
+
+def test_add_with_a_key(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    doc = run_json(capsys, "--store", url, "add", "t", "a", "--key", "tenant-1", "--priority", "-1")
+    assert (doc["key"], doc["priority"], doc["state"]) == ("tenant-1", -1, "pending")
+    assert "key" not in run_json(capsys, "--store", url, "add", "t", "b")  # no key: as before
+    code, out, _ = run(capsys, "--store", url, "add", "t", "c", "--key", "tenant-2")
+    assert code == 0 and "key        tenant-2" in out
+    code, out, _ = run(capsys, "--store", url, "show", "t", "a")
+    assert code == 0 and "key        tenant-1" in out
+    assert run_json(capsys, "--store", url, "show", "t", "a")["key"] == "tenant-1"
+    (t,) = run_json(capsys, "--store", url, "status")["types"]
+    assert (t["pending"], t["due"], t["finished"]) == (3, 3, 0)
+    assert t["keys"] == {"turns": 2, "asleep": 0, "full": 0}
+    assert {jobs.accept(db, "t", timeout=0).id for _ in range(3)} == {"a", "b", "c"}
+    assert run_json(capsys, "--store", url, "show", "t", "a")["key"] == "tenant-1"  # running, still its key
+
+
+def test_status_shows_limits_and_keys(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.set_type_timeout(db, "plain", 30)
+    jobs.add(db, "plain", "p")
+    for i in range(3):
+        jobs.add(db, "t", f"a{i}", key="a")
+    jobs.add(db, "t", "b0", key="b")
+    jobs.add(db, "t", "c0", key="c", scheduled_time=time.time() + 3600)
+    jobs.add(db, "t", "u")
+    code, out, _ = run(capsys, "--store", url, "status")
+    assert code == 0 and "limits" not in out
+    assert "job keys with pending jobs (each key takes its turn):\nt: 2 in turn, 1 asleep, 0 at their limit" in out
+    jobs.set_limits(db, "t", concurrency=10, rate=(100, 60), key_concurrency=1, key_rate=(5, 1))
+    jobs.set_limits(db, "k", key_rate=(5, 1.5))  # a type with only a limit, and only per key
+    taken = jobs.accept_many(db, "t", 10, timeout=0)
+    assert sorted(j.id[0] for j in taken) == ["a", "b", "u"]  # one job of each key: its running limit
+    code, out, _ = run(capsys, "--store", url, "status")
+    section = out.split("limits (only jobs started while a limit is set count against it; 'jobs limits' lists "
+                        "them):\n")[1].split("\n\n")[0]
+    assert section.splitlines() == ["k: per key: rate 5/1.5s",
+                                    "t: running 3/10, started 3/100 per 60s; per key: running 1, rate 5/1s"]
+    assert "t: 0 in turn, 1 asleep, 1 at their limit" in out  # a full, c asleep, b has no job left
+    by_type = {t["type"]: t for t in run_json(capsys, "--store", url, "status")["types"]}
+    t = by_type["t"]
+    assert t["limits"] == {"concurrency": 10, "rate": {"count": 100, "seconds": 60.0}, "key_concurrency": 1,
+                           "key_rate": {"count": 5, "seconds": 1.0}}
+    assert (t["running_slots"], t["started_in_period"], t["running"], t["pending"]) == (3, 3, 3, 3)
+    assert t["keys"] == {"turns": 0, "asleep": 1, "full": 1}
+    assert by_type["plain"]["limits"] is None and by_type["plain"]["running_slots"] is None
+    assert by_type["k"]["limits"]["key_rate"] == {"count": 5, "seconds": 1.5}
+    assert (by_type["k"]["running_slots"], by_type["k"]["started_in_period"]) == (None, None)

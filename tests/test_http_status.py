@@ -100,7 +100,7 @@ def test_status_is_the_gather(db):
 
 # --- /metrics ------------------------------------------------------------------------------
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{type="((?:[^"\\\n]|\\.)*)"(?:,(?:priority|kind)="([^"]*)")?\})? (\S+)$')
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{type="((?:[^"\\\n]|\\.)*)"(?:,(?:priority|kind|place)="([^"]*)")?\})? (\S+)$')
 
 
 def _unescape(value: str) -> str:
@@ -108,8 +108,8 @@ def _unescape(value: str) -> str:
 
 
 def parse_metrics(text: str) -> dict[str, dict]:
-    """family -> {type label (None without one; (type, second label) with a priority or
-    kind label) -> value}; every sample's family must have had its HELP and TYPE lines first."""
+    """family -> {type label (None without one; (type, second label) with a priority,
+    kind or place label) -> value}; every sample's family must have had its HELP and TYPE lines first."""
     helped, typed, samples = set(), {}, {}
     assert text.endswith("\n")
     for line in text.splitlines():
@@ -178,6 +178,41 @@ def test_priority_bands_and_retention_in_metrics(store):
     assert m["jobs_pending_by_priority"] == {("p", "-2"): 2.0, ("p", "0"): 1.0, ("p", "5"): 2.0}
     assert m["jobs_due_by_priority"] == {("p", "-2"): 2.0, ("p", "0"): 1.0, ("p", "5"): 1.0}
     assert m["jobs_retention_seconds"] == {("p", "finished"): 600.0}  # failed: kept forever
+
+
+def test_limits_and_keys_in_status_and_metrics(store):
+    jobs.set_type_timeout(store, "k", 30)
+    jobs.set_type_timeout(store, "plain", 30)
+    for i in range(2):
+        jobs.add(store, "k", f"a{i}", key="a")
+    jobs.add(store, "k", "b0", key="b", scheduled_time=time.time() + 3600)
+    jobs.add(store, "k", "u")
+    jobs.set_limits(store, "k", concurrency=10, rate=(100, 60), key_concurrency=1, key_rate=(5, 1.5))
+    jobs.set_limits(store, "r", rate=(3, 0.5))  # limits only: no timeout, no jobs
+    taken = jobs.accept_many(store, "k", 10, timeout=0)
+    assert sorted(j.id[0] for j in taken) == ["a", "u"]
+    with StatusServer(store, port=0, min_interval=0) as server:
+        doc = orjson.loads(get(server, "/status").body)
+        m = parse_metrics(get(server, "/metrics").body.decode())
+    by_type = {t["type"]: t for t in doc["types"]}
+    k = by_type["k"]
+    assert (k["pending"], k["due"], k["running"], k["finished"]) == (2, 1, 2, 0)  # a1 (due), b0 (later)
+    assert k["limits"] == {"concurrency": 10, "rate": {"count": 100, "seconds": 60.0}, "key_concurrency": 1,
+                           "key_rate": {"count": 5, "seconds": 1.5}}
+    assert (k["running_slots"], k["started_in_period"], k["keys"]) == (2, 2, {"turns": 0, "asleep": 1, "full": 1})
+    assert by_type["r"]["limits"]["rate"] == {"count": 3, "seconds": 0.5} and by_type["plain"]["limits"] is None
+    assert m["jobs_limit_running"] == {"k": 10}
+    assert m["jobs_limit_rate"] == {"k": 100, "r": 3}
+    assert m["jobs_limit_rate_period_seconds"] == {"k": 60.0, "r": 0.5}
+    assert m["jobs_key_limit_running"] == {"k": 1}
+    assert m["jobs_key_limit_rate"] == {"k": 5}
+    assert m["jobs_key_limit_rate_period_seconds"] == {"k": 1.5}
+    assert m["jobs_running_slots"] == {"k": 2}  # types with a concurrency limit
+    assert m["jobs_started_in_rate_period"] == {"k": 2, "r": 0}  # types with a rate limit
+    assert m["jobs_keys"] == {("k", "turns"): 0, ("k", "asleep"): 1, ("k", "full"): 1, ("plain", "turns"): 0,
+                              ("plain", "asleep"): 0, ("plain", "full"): 0, ("r", "turns"): 0,
+                              ("r", "asleep"): 0, ("r", "full"): 0}
+    assert m["jobs_pending"] == {"k": 2, "plain": 0, "r": 0}
 
 
 # --- / ---------------------------------------------------------------------------------------
