@@ -108,9 +108,9 @@ def set_limits(tr, type: str, *, concurrency: int | None = None, rate=None,
     def body(tr):
         if new == Limits():
             tr.clear(keys.limits_key(type))
-            return
-        keys.upgrade_layout(tr)  # a release that does not know limits must not take the jobs
-        tr.set(keys.limits_key(type), _encode(new))
+        else:
+            keys.upgrade_layout(tr)  # a release that does not know limits must not take the jobs
+            tr.set(keys.limits_key(type), _encode(new))
         pending.wake(tr, type)  # accepts waiting on a full limit look again
 
     within_store(tr, body)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import pending, rows, schedules, status as status_mod
+from jobs import pending, schedules, status as status_mod
 from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction
 
@@ -26,16 +26,10 @@ def open_store(args, create: bool = True):
             close()
 
 
-def with_key(tr, doc: dict) -> dict:
-    """The job's document with its job key, when it has one (``JobInfo`` has none)."""
-    row = rows.get(tr, doc["type"], doc["id"])
-    return doc if row is None or row.key is None else {**doc, "key": row.key}
-
-
 @jobs.transactional
 def add_and_get(tr, type, job_id, data, at, priority=0, key=None):
     jobs.add(tr, type, job_id, data, at, priority=priority, key=key)
-    return with_key(tr, job_doc(jobs.get_job(tr, type, job_id)))
+    return job_doc(jobs.get_job(tr, type, job_id))
 
 
 def cmd_add(args):
@@ -57,7 +51,7 @@ def cmd_remove(args):
 
 @jobs.transactional
 def job_and_run(tr, type, job_id):
-    return {**with_key(tr, job_doc(jobs.get_job(tr, type, job_id))), **run_doc(get_run_info(tr, type, job_id))}
+    return {**job_doc(jobs.get_job(tr, type, job_id)), **run_doc(get_run_info(tr, type, job_id))}
 
 
 def cmd_show(args):

@@ -260,3 +260,16 @@ def test_a_processor_keeps_to_the_limits(db):
     with running(p, concurrency=4):
         assert wait_until(lambda: all(info.state == "finished" for info in jobs.get_jobs(db, "work")))
     assert peaks["all"] <= 2 and all(peaks[f"k{i}"] <= 1 for i in range(3))
+
+
+def test_clearing_the_limits_wakes_a_waiting_accept(db):
+    jobs.set_limits(db, T, concurrency=1)
+    add_jobs(db, 2)
+    jobs.accept(db, T, timeout=0)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(jobs.accept(db, T, timeout=DEADLINE)))
+    waiter.start()
+    time.sleep(0.2)  # (the waiter is waiting, or about to: either way it must get the job)
+    jobs.clear_limits(db, T)
+    waiter.join(DEADLINE + 5)
+    assert got and got[0] is not None

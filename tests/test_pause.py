@@ -14,7 +14,7 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import accepting, rows
+from jobs import accepting
 from jobs.engine.errors import NOT_COMMITTED, error_code
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
