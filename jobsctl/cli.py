@@ -132,6 +132,12 @@ def _add_service_commands(command) -> None:
                    help="port to listen on, 0 for any free one (default 8080)")
     p.add_argument("--limit", metavar="N", type=functools.partial(count, least=0), default=10,
                    help="running jobs listed per type, least recently active first (default 10)")
+    token = p.add_mutually_exclusive_group()
+    token.add_argument("--token-file", metavar="PATH",
+                       help="file holding the bearer token the actions (POST /api/...) need; without a token "
+                            "the server is read-only and serves on a loopback address only")
+    token.add_argument("--new-token", action="store_true",
+                       help="generate a token and print it first (a line of its own, or the JSON's 'token')")
     p = command("gc", cmd_gc, "delete the pipeline's trashed data (dropped, replaced or aborted tables and "
                               "partitions, aborted ingest) trashed more than --grace seconds ago")
     p.add_argument("--grace", metavar="SECONDS", type=grace, default=GC_GRACE,

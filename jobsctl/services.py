@@ -8,6 +8,7 @@ import functools
 import importlib
 import logging
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -70,14 +71,32 @@ def cmd_serve_status(args):
     """Prints where it serves first (a JSON object with --json), then nothing more: a
     script starting it reads that line and may stop it with SIGTERM."""
     from monitor import StatusServer
+    from processors.failures import TaskActions
 
-    with (open_store(args, create=False) as db, until_signal() as stop,
-          StatusServer(db, args.host, args.port, limit=args.limit) as server):
-        if args.json:
-            print(orjson.dumps({"url": server.url}).decode(), flush=True)
-        say(args, f"serving status on {server.url} (/status, /metrics, /healthz)")
-        stop.wait()
+    token = read_token(args.token_file) if args.token_file else secrets.token_urlsafe(24) if args.new_token else None
+    with open_store(args, create=False) as db, until_signal() as stop:
+        with StatusServer(db, args.host, args.port, limit=args.limit, token=token, actions=TaskActions(db)) as server:
+            if args.json:
+                print(orjson.dumps({"url": server.url, **({"token": token} if args.new_token else {})}).decode(),
+                      flush=True)
+            elif args.new_token:
+                print(f"token: {token}", flush=True)
+            actions = ", /api with the token" if token else ""
+            say(args, f"serving status on {server.url} (/status, /metrics, /healthz{actions})")
+            stop.wait()
     return None
+
+
+def read_token(path: str) -> str:
+    """The token in file ``path`` (its first line); ValueError naming the file otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc.strerror or exc}") from exc
+    if not token:
+        raise ValueError(f"the token file {path} is empty: put a token of 16 characters or more in it")
+    return token
 
 
 def load_processor(module_name: str, attr: str):

@@ -4,6 +4,8 @@
     /metrics  the same counts as Prometheus gauges (text exposition format 0.0.4; ``metrics.py``)
     /         an HTML dashboard, rendered here and refreshed from /status every 2 s
     /healthz  ``ok`` when a read transaction on the store succeeds, else 503 and the error
+    /api/...  an operator's actions (pause, resume, retry, discard, cancel) and one job's
+              details, behind a bearer token (``actions.py``)
 
 A gather counts index ranges in several transactions, so it is shared: one runs at a time
 and its outcome, failure included, answers every request for ``min_interval`` seconds;
@@ -26,9 +28,11 @@ from urllib.parse import urlsplit
 
 import orjson
 
+import jobs
 from jobs import keys, status
 from jobs.engine.transactional import run
 
+from . import actions as api
 from .metrics import metrics_text
 
 log = logging.getLogger("monitor.http")
@@ -37,7 +41,7 @@ JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 HTML = "text/html; charset=utf-8"
 METRICS = "text/plain; version=0.0.4; charset=utf-8"
-ALLOW = "GET, HEAD"
+ALLOW = "GET, HEAD"  # (and POST under /api)
 HEALTH_TIMEOUT_MS = 4000  # an unreachable cluster makes /healthz answer 503, not hang
 
 
@@ -55,14 +59,21 @@ class Gathered:
 class StatusServer:
     """Serves the status of store ``db`` on ``host:port`` (port 0: a free port, see
     ``.port``); ``limit`` running jobs listed per type; a gather younger than
-    ``min_interval`` seconds is served again.  The socket is bound here: bad arguments
-    raise ValueError first, then a busy address raises OSError naming ``host:port``.
-    ``start()``/``stop()`` (or ``with``) serve on a daemon thread."""
+    ``min_interval`` seconds is served again.  ``token``: the bearer token the ``/api``
+    routes need (None: read-only, and then only a loopback ``host`` is allowed);
+    ``actions``: what they do (default ``actions.JobActions(db)``).  The socket is bound
+    here: bad arguments raise ValueError first, then a busy address raises OSError naming
+    ``host:port``.  ``start()``/``stop()`` (or ``with``) serve on a daemon thread."""
 
     def __init__(self, db, host: str = "127.0.0.1", port: int = 8080, *, limit: int = 10,
-                 min_interval: float = 1.0):
+                 min_interval: float = 1.0, token: str | None = None, actions: api.Actions | None = None):
         if not isinstance(host, str):
             raise ValueError(f"host must be a str, not {host!r}")
+        self.token = api.check_token(token)
+        if self.token is None and not api.is_loopback(host):
+            raise ValueError(f"refusing to serve on {host} without a token: anyone who can reach it could act "
+                             "on the store; give a token (jobs serve-status --token-file PATH) or serve on 127.0.0.1")
+        self.actions = api.JobActions(db) if actions is None else actions
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an int in 0..65535, not {port!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -118,6 +129,11 @@ class StatusServer:
             if last is None or time.monotonic() - last.at >= self.min_interval:
                 last = self._last = self._gather()
             return last
+
+    def forget(self) -> None:
+        """Drop the latest gather: an action changed the store."""
+        with self._gathering:
+            self._last = None
 
     def _gather(self) -> Gathered:
         start = time.monotonic()
@@ -268,6 +284,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path  # the query string is ignored
+        if path.startswith("/api/"):
+            return self._api(self.server.owner)
         route = {"/": self._dashboard, "/status": self._status, "/metrics": self._metrics,
                  "/healthz": self._healthz}.get(path)
         if route is None:
@@ -276,6 +294,46 @@ class _Handler(BaseHTTPRequestHandler):
             route(self.server.owner)
 
     do_HEAD = do_GET
+
+    def do_POST(self) -> None:
+        if not urlsplit(self.path).path.startswith("/api/"):
+            return self._not_allowed()
+        self._api(self.server.owner)
+
+    def _api(self, owner: StatusServer) -> None:
+        try:
+            found = api.route(self.command, self.path)
+        except ValueError as exc:
+            return self._json(400, {"error": f"bad path {self.path!r}: {exc}"})
+        if found is None:
+            return self._json(404, {"error": f"no such action: {self.command} {urlsplit(self.path).path}"})
+        action, args = found
+        write = action != "job"
+        refused = api.authorised(owner.token, self.headers.get("Authorization"),
+                                 api.is_loopback(self.client_address[0]), write)
+        if refused is None and write and not api.same_origin(self.headers.get("Origin"), self.headers.get("Host")):
+            refused = 403
+        if refused is not None:
+            reason = "read-only server (no token)" if owner.token is None else "a valid bearer token is needed"
+            return self._json(refused, {"error": reason}, **({"WWW-Authenticate": "Bearer"} if refused == 401 else {}))
+        self._act(owner, action, args)
+
+    def _act(self, owner: StatusServer, action: str, args: tuple[str, ...]) -> None:
+        try:
+            out = getattr(owner.actions, action)(*args)
+        except jobs.NotFound as exc:
+            return self._json(404, {"error": str(exc)})
+        except jobs.JobsError as exc:  # the action does not apply to the job as it is
+            return self._json(409, {"error": str(exc)})
+        except ValueError as exc:
+            return self._json(400, {"error": str(exc)})
+        if action == "job":
+            return self._json(200, out)
+        owner.forget()  # the next /status shows what the action changed
+        self._json(200, {"done": action, "type": args[0], **({"id": args[1]} if len(args) > 1 else {})})
+
+    def _json(self, code: int, doc, **headers: str) -> None:
+        self._send(code, JSON, orjson.dumps(doc), **headers)
 
     def __getattr__(self, name: str):
         """Every other method (``do_POST``, ``do_FOO``...): 405 rather than http.server's 501."""

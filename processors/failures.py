@@ -13,6 +13,7 @@ import jobs
 from jobs import checks, failed as failed_index
 from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction, within
+from monitor.actions import JobActions
 
 from . import behaviors
 from .errors import NotFailed
@@ -84,3 +85,15 @@ def discard_failed(tr, type: str, job_id: str) -> None:
         jobs.remove(tr, type, job_id)
 
     within(tr, body)
+
+
+class TaskActions(JobActions):
+    """The status server's actions on a store that processors run: retry and discard as
+    :func:`retry_failed` and :func:`discard_failed` (a retried task starts over from its
+    first attempt, its failure bookkeeping dropped)."""
+
+    def retry(self, type: str, job_id: str) -> None:
+        retry_failed(self.db, type, job_id)
+
+    def discard(self, type: str, job_id: str) -> None:
+        discard_failed(self.db, type, job_id)
