@@ -15,10 +15,8 @@ many scrapers cost one gather per interval.  A failed gather is an answer, not a
 
 from __future__ import annotations
 
-import html
 import logging
 import socket
-import string
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from jobs import keys, status
 from jobs.engine.transactional import run
 
 from . import actions as api
+from .dashboard import dashboard_html
 from .metrics import metrics_text
 
 log = logging.getLogger("monitor.http")
@@ -158,102 +157,6 @@ def _probe(tr) -> None:
     tr.options.set_timeout(HEALTH_TIMEOUT_MS)
     tr.get_read_version().wait()
     tr.snapshot.get(keys.LAYOUT_KEY).wait()
-
-
-# --- / ---------------------------------------------------------------------------------------
-
-TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "failed", "lost",
-                "last change"]
-RUNNING_HEADERS = ["type", "id", "last activity"]
-FAILURE_HEADERS = ["type", "id", "failed at", "last error"]
-
-# The script renders the cells exactly as _seconds, _ago and dashboard_html below do.
-PAGE = string.Template("""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>jobs status</title>
-<style>
-body { font: 14px system-ui, sans-serif; margin: 1.5em; }
-table { border-collapse: collapse; margin-bottom: 1.5em; }
-th, td { padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }
-td { font-variant-numeric: tabular-nums; }
-#note { color: #666; }
-</style></head>
-<body>
-<h1>jobs status</h1>
-<p id="note">$note</p>$versions
-<table><thead><tr>$type_headers</tr></thead><tbody id="types">$type_rows</tbody></table>
-<h2>Running jobs, least recently active first</h2>
-<table><thead><tr>$running_headers</tr></thead><tbody id="running">$running_rows</tbody></table>
-<h2>Recent failures, most recent first</h2>
-<table><thead><tr>$failure_headers</tr></thead><tbody id="failures">$failure_rows</tbody></table>
-<script>
-const secs = v => v === null ? "-" : v.toFixed(1) + " s";
-const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
-const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
-function fill(id, rows) {
-  document.getElementById(id).replaceChildren(...rows.map(cells => {
-    const tr = document.createElement("tr");
-    for (const c of cells) tr.insertCell().textContent = c;
-    return tr;
-  }));
-}
-async function refresh() {
-  const note = document.getElementById("note");
-  try {
-    const r = await fetch("status", {cache: "no-store"});
-    const s = await r.json();
-    if (!r.ok) throw new Error(s.error);
-    fill("types", s.types.map(t => [t.type + (t.paused ? " (paused)" : ""), secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
-                                    t.running, t.finished, t.failed, t.lost, ago(t.last_change)]));
-    fill("running", s.types.flatMap(t => t.running_jobs.map(j => [t.type, j.id, ago(j.last_activity)])));
-    fill("failures", s.types.flatMap(t => t.recent_failures.map(f => [t.type, f.id, f.at, f.reason ?? "-"]))
-                      .sort((a, b) => b[2] - a[2]).map(([ty, id, at, r]) => [ty, id, when(at), r]));
-    note.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString();
-  } catch (e) {
-    note.textContent = "refresh failed: " + e.message;
-  }
-}
-setInterval(refresh, 2000);
-</script>
-</body></html>
-""")
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
-
-
-def _ago(a: status.Activity | None) -> str:
-    if a is None:
-        return "-"
-    return f"{a.behind} commits ago" if a.age is None else f"~{a.age:.1f} s ago"
-
-
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-
-
-def _rows(rows: list[list]) -> str:
-    return "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-
-
-def dashboard_html(st: status.Status) -> str:
-    """The dashboard with ``st`` in it, so that it shows the status without JavaScript."""
-    types = [[t.type + (" (paused)" if t.paused else ""), _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
-              t.finished, t.failed, t.lost, _ago(t.last_change)] for t in st.types]
-    running = [[t.type, r.id, _ago(r.last_activity)] for t in st.types for r in t.running_jobs]
-    recent = sorted(((f.at, t.type, f) for t in st.types for f in t.recent_failures), key=lambda e: -e[0])
-    failures = [[type, f.id, _when(f.at), f.reason or "-"] for _at, type, f in recent]
-    return PAGE.substitute(
-        note=html.escape("updated " + time.strftime("%H:%M:%S", time.localtime(st.now))),
-        versions="" if st.versions != "commits" else
-        "\n<p>Embedded engine: the store records activity as commit versions, not times.</p>",
-        type_headers="".join(f"<th>{h}</th>" for h in TYPE_HEADERS),
-        running_headers="".join(f"<th>{h}</th>" for h in RUNNING_HEADERS),
-        failure_headers="".join(f"<th>{h}</th>" for h in FAILURE_HEADERS),
-        type_rows=_rows(types),
-        running_rows=_rows(running),
-        failure_rows=_rows(failures),
-    )
 
 
 # --- the server ------------------------------------------------------------------------------

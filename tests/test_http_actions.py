@@ -173,3 +173,16 @@ def test_serve_status_new_token_and_bad_token_files(tmp_path):
     assert empty.wait(DEADLINE) != 0 and "is empty" in empty.stderr.read()
     outside = _serve(tmp_path, "--host", "0.0.0.0")
     assert outside.wait(DEADLINE) != 0 and "without a token" in outside.stderr.read()
+
+
+def test_the_dashboard_offers_the_actions(store, server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=DEADLINE)
+    try:
+        conn.request("GET", "/")
+        page = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    assert 'id="token" type="password"' in page and "sessionStorage" in page
+    for action in ("pause", "resume", "retry", "discard", "cancel", "show"):
+        assert f'"{action}"' in page
+    assert "Authorization: \"Bearer \" + token()" in page and "document.cookie" not in page
