@@ -24,10 +24,10 @@ every job row (see ``keys.py`` for the layout):
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
-  version is behind the read version.  On FoundationDB versions advance at about one
-  million per second, so ``behind`` converts to an approximate age in seconds; the
-  embedded engine's versions count commits, so there ``behind`` is a number of commits
-  and ``age`` is None.
+  version is behind the read version.  On both engines versions advance at about one
+  million per second, so ``behind`` converts to an approximate age in seconds; a stamp
+  written by an embedded engine of an earlier release, whose versions counted commits,
+  has no age (None) and ``behind`` is then a number of commits.
 """
 
 from __future__ import annotations
@@ -129,16 +129,21 @@ class TypeStatus:
 @dataclass(frozen=True)
 class Status:
     now: float
-    versions: str  # what ``behind`` counts: "commits" (embedded) or "versions" (FoundationDB)
+    versions: str  # what ``behind`` counts: "versions" (an embedded store of an earlier release said "commits")
     types: list[TypeStatus]
     schedules: list[schedules_mod.Schedule] = field(default_factory=list)  # cron schedules, by type
 
 
-def versions_are_time(db) -> bool:
-    """True on FoundationDB, whose versions advance with time; False on the embedded
-    engine (recognised by its commit counter, ``commit_version``, which the fault
-    injecting wrapper forwards), whose versions count commits."""
-    return not hasattr(db, "commit_version")
+TIMED_VERSIONS = 10**15  # embedded versions from here on measure time (10**15 µs: September 2001)
+
+
+def versions_are_time(db):
+    """For a version of ``db``, whether it measures time: always on FoundationDB; on the
+    embedded engine (recognised by ``commit_version``, which the fault injecting wrapper
+    forwards) once it is a clock's, not a commit counter's of an earlier release."""
+    if not hasattr(db, "commit_version"):
+        return lambda version: True
+    return lambda version: version >= TIMED_VERSIONS
 
 
 def gather(db, limit: int = 10, now: float | None = None) -> Status:
@@ -152,7 +157,7 @@ def gather(db, limit: int = 10, now: float | None = None) -> Status:
     names, paused = run(db, lambda tr: (job_types(tr), pausing.paused_types(tr)))
     types = [replace(_type_status(db, t, now, limit, timed), paused=t in paused, paused_since=paused.get(t))
              for t in names]
-    return Status(now, "versions" if timed else "commits", types, schedules_mod.get_schedules(db))
+    return Status(now, "versions", types, schedules_mod.get_schedules(db))
 
 
 def job_types(tr) -> list[str]:
@@ -307,7 +312,7 @@ def _counts(db, look: _Look, collected: _Collected) -> dict:
     return counts
 
 
-def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStatus:
+def _type_status(db, type: str, now: float, limit: int, timed) -> TypeStatus:
     collected = _Collected(limit, now)
     look = run(db, _first_look, type, now, limit, collected)
     counts = _counts(db, look, collected)
@@ -317,7 +322,7 @@ def _type_status(db, type: str, now: float, limit: int, timed: bool) -> TypeStat
     def stamped(stamp: bytes) -> Activity:
         version = int.from_bytes(stamp[:8], "big")
         behind = look.version - version
-        return Activity(version, behind, behind / FDB_VERSIONS_PER_SECOND if timed else None)
+        return Activity(version, behind, behind / FDB_VERSIONS_PER_SECOND if timed(version) else None)
 
     return TypeStatus(
         type=type,

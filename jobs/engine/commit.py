@@ -5,6 +5,7 @@ of its mutation log into SQLite."""
 from __future__ import annotations
 
 import marshal
+import random
 import time
 
 from . import errors as E
@@ -13,7 +14,8 @@ from .errors import FDBError
 from .ranges import apply_stamp, merge_ranges, overlaps
 
 HISTORY_SECONDS = 10.0  # how long commit write ranges are kept for conflict checks
-PRUNE_EVERY = 256  # commits between prunes of that history
+PRUNE_EVERY = 256  # commits between prunes of that history (on average: one commit in this many prunes)
+VERSIONS_PER_SECOND = 1_000_000  # FoundationDB's nominal version rate
 PRUNE_SCAN = 4 * PRUNE_EVERY  # oldest history entries a prune looks at
 
 _PUT = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
@@ -100,15 +102,17 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
                 if read_version < pruned:
                     raise FDBError(E.TRANSACTION_TOO_OLD)
                 check_conflicts(conn, reads, read_version)
-            version += 1
+            now = time.time()
+            # As FoundationDB's, versions advance about a million a second (and at least one
+            # per commit), so a versionstamp tells when it was written on both engines.
+            version = max(version + 1, int(now * VERSIONS_PER_SECOND))
             stamp = version.to_bytes(8, "big") + b"\x00\x00"
             written = apply_log(conn, log, no_conflict, stamp)
-            now = time.time()
             conn.execute(
                 "INSERT INTO commits (version, ts, ranges) VALUES (?, ?, ?)",
                 (version, now, marshal.dumps(merge_ranges(written + extra_writes))),
             )
-            if version % PRUNE_EVERY == 0:
+            if random.randrange(PRUNE_EVERY) == 0:
                 pruned = prune_history(conn, now, pruned)
             conn.execute("UPDATE state SET version = ?, pruned = ?", (version, pruned))
             conn.execute("COMMIT")

@@ -3,14 +3,16 @@
 How FDB's guarantees are obtained (see DESIGN.md, "Embedded engine"):
 
 * **Read version / snapshot**: a transaction's reads all come from one SQLite read
-  transaction opened at its first read; its read version is the store's commit counter seen
-  in that snapshot.
+  transaction opened at its first read; its read version is the store's commit version seen
+  in that snapshot.  A commit's version is one more than the last, or the wall clock in
+  microseconds if that is later: as on FoundationDB, versions advance about a million a
+  second, so a versionstamp's age is known on both engines.
 * **Optimistic conflicts**: reads record conflict ranges (a point read ``[k, k+\\0)``, a
   range read the span it really scanned).  Writes are buffered in the transaction (and
   visible to its own reads).  At commit, under the store's single write lock, the read
   ranges are compared with the write ranges of every transaction committed after the read
   version (table ``commits``); any overlap is error 1020 and nothing is written.
-* **Versionstamps**: the commit counter (8 bytes, big-endian) plus batch order 0 (2 bytes),
+* **Versionstamps**: the commit version (8 bytes, big-endian) plus batch order 0 (2 bytes),
   so stamps increase with commit order.
 * **Lifetime**: a transaction older than 5 s gets 1007, as do read versions older than the
   pruned part of ``commits`` (which keeps ~10 s of history).
