@@ -163,10 +163,7 @@ def human_status(st: status_mod.Status) -> str:
             for t in st.types if t.retention != status_mod.KEEP_FOREVER]
     if kept:
         out.append("retention (older finished jobs are pruned; other types keep them forever):\n" + "\n".join(kept))
-    notes = []
-    if st.versions == "commits":
-        notes.append("embedded engine: the store records activity as commit versions, not times")
-    return "\n\n".join(out + ["\n".join(f"({n})" for n in notes)] if notes else out)
+    return "\n\n".join(out)
 
 
 def limits_used(t: status_mod.TypeStatus) -> str:

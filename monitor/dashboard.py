@@ -30,7 +30,7 @@ button { margin-right: 0.3em; }
 </style></head>
 <body>
 <h1>jobs status</h1>
-<p id="note">$note</p>$versions
+<p id="note">$note</p>
 <form id="auth"><label>Token for actions <input id="token" type="password" autocomplete="off" size="30"></label>
 <button type="submit">use</button> <span id="acted"></span></form>
 <table><thead><tr>$type_headers</tr></thead><tbody id="types">$type_rows</tbody></table>
@@ -144,8 +144,6 @@ def dashboard_html(st: status.Status) -> str:
     failures = [[type, f.id, _when(f.at), f.reason or "-", ""] for _at, type, f in recent]
     return PAGE.substitute(
         note=html.escape("updated " + time.strftime("%H:%M:%S", time.localtime(st.now))),
-        versions="" if st.versions != "commits" else
-        "\n<p>Embedded engine: the store records activity as commit versions, not times.</p>",
         type_headers="".join(f"<th>{h}</th>" for h in TYPE_HEADERS),
         running_headers="".join(f"<th>{h}</th>" for h in RUNNING_HEADERS),
         failure_headers="".join(f"<th>{h}</th>" for h in FAILURE_HEADERS),
