@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from . import checks, fairness, keys, limits, pausing, pending, rows
+from . import checks, fairness, keys, limits, pausing, pending, rates, rows
 from .codec import Row, decode_data
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
@@ -116,6 +116,7 @@ class AcceptCall:
             picked = [entry for entry, _key in turns.pick(room)]
         else:
             picked = pending.pick(tr, self.type, max_stime, room, self.no_schedule)
+        waits = pending.waits(tr, picked, now)
         ids = pending.take(tr, picked)
         if not ids:
             if turns is not None and turns.wrote:
@@ -124,6 +125,7 @@ class AcceptCall:
         taken = self._lock(tr, ids, admission)
         if not taken:
             return None
+        rates.started(tr, self.type, waits[:len(taken)])
         store_id = keys.store_id_of(store)
         return [self._job(job_id, row, store_id) for job_id, row in taken]
 

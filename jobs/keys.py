@@ -31,6 +31,8 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "keys", Type, 2, Key)           = b"": keys at their running limit
     ("jobs", "key", Type, Key)               = (where,): where the key is (``fairness.py``)
     ("jobs", "unkeyed_turn", Type)           = (Turn,): the unkeyed jobs' place in the rotation
+    ("jobs", "rates", Type, Minute, Kind, Shard) = counter: jobs finished, failed, and started
+                                               per wait bucket, per minute (``rates.py``)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -112,6 +114,7 @@ KPENDING = ROOT["kpending"]
 KEYS = ROOT["keys"]
 KEY_STATE = ROOT["key"]
 UNKEYED_TURN = ROOT["unkeyed_turn"]
+RATES = ROOT["rates"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -151,6 +154,12 @@ def job_id_of(pending: bytes) -> str:
     """The job id of a pending key of any queue (its last element)."""
     fields = unpack_flat(pending)
     return (fdb_tuple.unpack(pending) if fields is None else fields)[-1]
+
+
+def stime_of(pending: bytes) -> float:
+    """The scheduled time of a pending key of any queue (the element before the id)."""
+    fields = unpack_flat(pending)
+    return (fdb_tuple.unpack(pending) if fields is None else fields)[-2]
 
 
 def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:

@@ -21,6 +21,7 @@ import random
 import struct
 import time
 import uuid
+import weakref
 from itertools import takewhile
 
 from . import keys
@@ -78,8 +79,42 @@ def _job_id(key: bytes) -> str:
     return keys.job_id_of(key)
 
 
-def _read(tr, begin: bytes, end: bytes, limit: int) -> list[bytes]:
-    return [bytes(key) for key, _value in tr.snapshot.get_range(begin, end, limit=limit)]
+def _read(tr, begin: bytes, end: bytes, limit: int, seen: dict | None = None) -> list[bytes]:
+    """The keys of a snapshot range read; ``seen`` (if given) also keeps their values."""
+    if seen is None:
+        return [bytes(key) for key, _value in tr.snapshot.get_range(begin, end, limit=limit)]
+    out = []
+    for key, value in tr.snapshot.get_range(begin, end, limit=limit):
+        out.append(bytes(key))
+        seen[out[-1]] = bytes(value)
+    return out
+
+
+# transaction -> {pending key: value} of the heads its picks read (entries die with it):
+# when the jobs taken were enqueued, for their start wait (``waits``), without reading again.
+_heads: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
+def _seen(tr) -> dict | None:
+    try:
+        return _heads.setdefault(tr, {})
+    except TypeError:  # not weak-referenceable: no waits measured
+        return None
+
+
+def waits(tr, picked: list[bytes], now: float) -> list[float]:
+    """How long each picked job waited to start: from when it was due (its scheduled time,
+    or its enqueue time if later) to ``now``; only for keys whose value a pick read."""
+    seen = _heads.get(tr) or {}
+    out = []
+    for key in picked:
+        value = seen.get(key)
+        if value is None:
+            continue
+        stime = keys.stime_of(key)
+        queued = queued_at(value)
+        out.append(max(0.0, now - max(stime, queued if queued is not None else stime)))
+    return out
 
 
 def bands(tr, type: str, window: int = 1):
@@ -89,12 +124,12 @@ def bands(tr, type: str, window: int = 1):
     return queue_bands(tr, keys.pending_prefix(type), window, legacy=True)
 
 
-def queue_bands(tr, queue: bytes, window: int = 1, legacy: bool = False):
+def queue_bands(tr, queue: bytes, window: int = 1, legacy: bool = False, seen: dict | None = None):
     """:func:`bands` of the queue whose prefix is ``queue`` (a type's, or a job key's:
-    ``keys.key_queue``, which has no legacy entries)."""
+    ``keys.key_queue``, which has no legacy entries); ``seen`` keeps the heads' values."""
     begin, end = queue, strinc(queue)
     legacy_seen = not legacy
-    while head := _read(tr, begin, end, window):
+    while head := _read(tr, begin, end, window, seen):
         priority = keys.band_in(queue, head[0])
         if priority is keys.LEGACY:  # every key from here on is legacy
             if not legacy_seen:
@@ -103,7 +138,7 @@ def queue_bands(tr, queue: bytes, window: int = 1, legacy: bool = False):
         if priority > 0 and not legacy_seen:
             legacy_seen = True
             legacy_band = keys.queue_band(queue, keys.LEGACY)
-            if legacy_head := _read(tr, legacy_band, strinc(legacy_band), window):
+            if legacy_head := _read(tr, legacy_band, strinc(legacy_band), window, seen):
                 yield keys.LEGACY, legacy_head
         yield priority, head
         begin = strinc(keys.queue_band(queue, priority))
@@ -155,7 +190,7 @@ def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = Fal
     (one at random in the head for a limit of 1, else a run), read without a conflict."""
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     picked: list[bytes] = []
-    for priority, head in queue_bands(tr, queue, window, legacy):
+    for priority, head in queue_bands(tr, queue, window, legacy, _seen(tr)):
         end = _due_end(queue, priority, max_stime)
         due = list(takewhile(lambda key: key < end, head))
         if not due:
@@ -171,7 +206,7 @@ def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = Fal
 def pick_one(tr, queue: bytes, max_stime: float) -> tuple[bytes | None, bool]:
     """One due key of the queue whose prefix is ``queue`` (as :func:`pick_from`), and
     whether the head read showed other keys in the queue (False: maybe none)."""
-    for priority, head in queue_bands(tr, queue, SAMPLE):
+    for priority, head in queue_bands(tr, queue, SAMPLE, seen=_seen(tr)):
         end = _due_end(queue, priority, max_stime)
         due = list(takewhile(lambda key: key < end, head))
         if due:

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import activity, fairness, failed as failed_index, keys, limits as limits_mod, pausing, pending
-from . import schedules as schedules_mod, type_timeouts
+from . import rates, schedules as schedules_mod, type_timeouts
+from .rates import Rates
 from .limits import Limits
 from .retention import KEEP_FOREVER, Retention, get_retention
 from .engine import strinc, value_of
@@ -124,6 +125,7 @@ class TypeStatus:
     running_slots: int | None = None  # jobs holding one of its running slots (None: no concurrency limit)
     started_in_period: int | None = None  # jobs started in the last rate period (None: no rate limit)
     keys: KeyPlaces = field(default_factory=KeyPlaces)  # its job keys with pending jobs, per place
+    last_hour: Rates = field(default_factory=Rates)  # jobs finished and failed, start waits (rates.py)
 
 
 @dataclass(frozen=True)
@@ -282,6 +284,7 @@ class _Look(NamedTuple):
     retention: Retention
     limits: Limits | None
     usage: tuple[int | None, int | None]  # limits.usage: (running slots held, started in the period)
+    rates: Rates  # the last hour's throughput and start waits
 
 
 def _first_look(tr, type: str, now: float, limit: int, collected: _Collected) -> _Look:
@@ -297,7 +300,7 @@ def _first_look(tr, type: str, now: float, limit: int, collected: _Collected) ->
     usage = (None, None) if type_limits is None else limits_mod.usage(tr, type, type_limits, now)
     return _Look(rv, type_timeouts.get_type_timeout(tr, type), ranges, pages, stamps,
                  activity.last_activity(tr, type), activity.lost_total(tr, type), get_retention(tr, type),
-                 type_limits, usage)
+                 type_limits, usage, rates.read(tr, type, now))
 
 
 def _counts(db, look: _Look, collected: _Collected) -> dict:
@@ -345,6 +348,7 @@ def _type_status(db, type: str, now: float, limit: int, timed) -> TypeStatus:
         running_slots=look.usage[0],
         started_in_period=look.usage[1],
         keys=KeyPlaces(**{name: counts[f"keys:{name}"] for name in PLACES}),
+        last_hour=look.rates,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, fairness, keys, pending, rows
+from . import checks, fairness, keys, pending, rates, rows
 from . import failed as failed_index
 from . import finished as finished_index
 from .accepting import AcceptCall
@@ -127,6 +127,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
         if row is None or row.lock != job.lock:
             raise _halt(job)
         rows.stop_running(tr, job.type, row)
+        rates.finished(tr, job.type, bool(failed) and not row.resubmit)
         final = row.data if raw is None else raw
         if row.resubmit:
             rows.put(tr, job.type, job.id,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 
@@ -24,7 +25,7 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import activity, pending
+from jobs import activity, pending, rates
 from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
@@ -61,6 +62,7 @@ class ActivityMonitor:
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
         self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
+        self._rates_pruned: dict[str, float] = {}  # type -> when (monotonic) its old rates were last cleared
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,6 +80,7 @@ class ActivityMonitor:
             if timeout is not None:
                 self._migrate(type)
                 total += self._check_type(type, timeout)
+                self._prune_rates(type)
         self.reenqueued += total
         self.pruner.prune()
         return total
@@ -96,6 +99,12 @@ class ActivityMonitor:
             due = samples.popleft()[1]
         # every job at or before ``due`` is re-enqueued now (later updates stamp later)
         return 0 if due is None else self._reenqueue(type, due)
+
+    def _prune_rates(self, type: str) -> None:
+        """Clear the type's throughput counters older than an hour, once a minute."""
+        if time.monotonic() - self._rates_pruned.get(type, -math.inf) >= 60:
+            run(self.db, rates.prune, type, time.time())
+            self._rates_pruned[type] = time.monotonic()
 
     def _migrate(self, type: str) -> None:
         """Move the type's legacy pending entries (a store of an older layout) into band 0,

@@ -12,7 +12,7 @@ import time
 from jobs import status
 
 TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "failed", "lost",
-                "last change", "actions"]
+                "last change", "last hour: started / finished / failed", "start wait p50 / p99", "actions"]
 RUNNING_HEADERS = ["type", "id", "last activity", "actions"]
 FAILURE_HEADERS = ["type", "id", "failed at", "last error", "actions"]
 
@@ -41,6 +41,9 @@ button { margin-right: 0.3em; }
 <pre id="job" hidden></pre>
 <script>
 const secs = v => v === null ? "-" : v.toFixed(1) + " s";
+const hour = h => h.started + " / " + h.finished + " / " + h.failed;
+const wait = s => s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(1) + " s";
+const waits = h => h.wait_p50 === null ? "-" : wait(h.wait_p50) + " / " + wait(h.wait_p99);
 const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
 const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
 // A cell is text, or a list of [label, action, type, id] buttons (id: null for a type's).
@@ -98,6 +101,7 @@ async function refresh() {
     if (!r.ok) throw new Error(s.error);
     fill("types", s.types.map(t => [t.type + (t.paused ? " (paused)" : ""), secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
                                     t.running, t.finished, t.failed, t.lost, ago(t.last_change),
+                                    hour(t.last_hour), waits(t.last_hour),
                                     [t.paused ? ["resume", "resume", t.type, null] : ["pause", "pause", t.type, null]]]));
     fill("running", s.types.flatMap(t => t.running_jobs.map(j => [t.type, j.id, ago(j.last_activity),
                                     [["show", "show", t.type, j.id], ["cancel", "cancel", t.type, j.id]]])));
@@ -126,6 +130,18 @@ def _ago(a: status.Activity | None) -> str:
     return f"{a.behind} commits ago" if a.age is None else f"~{a.age:.1f} s ago"
 
 
+def _hour(h) -> str:
+    return f"{h.started} / {h.finished} / {h.failed}"
+
+
+def _wait(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+
+
+def _waits(h) -> str:
+    return "-" if h.wait_p50 is None else f"{_wait(h.wait_p50)} / {_wait(h.wait_p99)}"
+
+
 def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
@@ -138,7 +154,8 @@ def dashboard_html(st: status.Status) -> str:
     """The dashboard with ``st`` in it, so that it shows the status without JavaScript
     (the script adds the actions' buttons)."""
     types = [[t.type + (" (paused)" if t.paused else ""), _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
-              t.finished, t.failed, t.lost, _ago(t.last_change), ""] for t in st.types]
+              t.finished, t.failed, t.lost, _ago(t.last_change), _hour(t.last_hour), _waits(t.last_hour), ""]
+             for t in st.types]
     running = [[t.type, r.id, _ago(r.last_activity), ""] for t in st.types for r in t.running_jobs]
     recent = sorted(((f.at, t.type, f) for t in st.types for f in t.recent_failures), key=lambda e: -e[0])
     failures = [[type, f.id, _when(f.at), f.reason or "-", ""] for _at, type, f in recent]

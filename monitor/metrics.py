@@ -28,6 +28,12 @@ GAUGES = (
      "Jobs of the type started in the last period of its rate limit; absent: no rate limit."),
 )
 
+RATE_GAUGES = (  # the last hour, from jobs/rates.py's per-minute counters
+    ("jobs_finished_last_hour", "finished", "Jobs of the type that finished (without failing) in the last hour."),
+    ("jobs_failed_last_hour", "failed", "Jobs of the type that failed for good in the last hour."),
+    ("jobs_started_last_hour", "started", "Jobs of the type accepted in the last hour."),
+)
+
 BAND_GAUGES = (  # per type and priority band (lower runs first)
     ("jobs_pending_by_priority", "pending", "Pending jobs of the priority band."),
     ("jobs_due_by_priority", "due", "Due pending jobs of the priority band."),
@@ -91,6 +97,13 @@ def metrics_text(g) -> str:
                         "next job or rate slot is due later), full (at their running limit).",
            [(f'{{type="{_label(t.type)}",place="{place}"}}', getattr(t.keys, place))
             for t in types for place in PLACES])
+    for name, field, help in RATE_GAUGES:
+        family(name, help, [(f'{{type="{_label(t.type)}"}}', getattr(t.last_hour, field)) for t in types])
+    family("jobs_start_wait_seconds", "Quantiles of how long the jobs started in the last hour waited, from due "
+                                      "(or enqueued, if later) to accepted; within 25%; absent: none started.",
+           [(f'{{type="{_label(t.type)}",quantile="{q}"}}', getattr(t.last_hour, field))
+            for t in types for q, field in (("0.5", "wait_p50"), ("0.99", "wait_p99"))
+            if getattr(t.last_hour, field) is not None])
     family("jobs_status_gather_seconds", "How long the last status gather took.", [("", g.seconds)])
     family("jobs_status_up", "1 if the last status gather succeeded, 0 if it failed.",
            [("", 0 if g.error else 1)])

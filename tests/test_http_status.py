@@ -100,7 +100,7 @@ def test_status_is_the_gather(db):
 
 # --- /metrics ------------------------------------------------------------------------------
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{type="((?:[^"\\\n]|\\.)*)"(?:,(?:priority|kind|place)="([^"]*)")?\})? (\S+)$')
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{type="((?:[^"\\\n]|\\.)*)"(?:,(?:priority|kind|place|quantile)="([^"]*)")?\})? (\S+)$')
 
 
 def _unescape(value: str) -> str:
@@ -108,7 +108,7 @@ def _unescape(value: str) -> str:
 
 
 def parse_metrics(text: str) -> dict[str, dict]:
-    """family -> {type label (None without one; (type, second label) with a priority,
+    """family -> {type label (None without one; (type, second label) with a priority, quantile,
     kind or place label) -> value}; every sample's family must have had its HELP and TYPE lines first."""
     helped, typed, samples = set(), {}, {}
     assert text.endswith("\n")

@@ -1,0 +1,102 @@
+"""Throughput and start waits per type (issue 15, point 2): finishes and failures per
+minute, and how long started jobs waited, kept as sharded per-minute counters; read over
+the last hour by ``jobs status``, ``/status``, ``/metrics`` and the dashboard; cleared
+after an hour by the activity monitor."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jobs
+from jobs import keys, rates, status
+from jobs.engine import strinc
+from jobs.engine.transactional import run
+from monitor import ActivityMonitor
+from monitor.metrics import metrics_text
+
+T = "t"
+
+
+@pytest.fixture(autouse=True)
+def type_timeout(db):
+    jobs.set_type_timeout(db, T, 60)
+
+
+def last_hour(db) -> rates.Rates:
+    return run(db, lambda tr: rates.read(tr, T, time.time()))
+
+
+def test_finished_failed_and_started_are_counted(db):
+    for i in range(6):
+        jobs.add(db, T, f"j{i}", key="k" if i % 2 else None)
+    for i in range(6):
+        job = jobs.accept(db, T, timeout=0)
+        jobs.finish(db, job, failed="boom" if i < 2 else False)
+    r = last_hour(db)
+    assert (r.started, r.finished, r.failed) == (6, 4, 2)
+    assert 0 <= r.wait_p50 <= r.wait_p99 < 60
+
+
+def test_the_wait_counts_from_when_the_job_was_due(db, monkeypatch):
+    with monkeypatch.context() as m:  # a job enqueued 100 s ago, by the enqueuer's clock
+        m.setattr(jobs.pending, "time", type("Clock", (), {"time": staticmethod(lambda: time.time() - 100)}))
+        jobs.add(db, T, "late", scheduled_time=time.time() - 200)  # due since it was enqueued
+    job = jobs.accept(db, T, timeout=0)
+    r = last_hour(db)
+    assert 100 <= r.wait_p50 <= 100 * rates.BASE + 5 and r.wait_p99 == r.wait_p50
+    jobs.finish(db, job)
+
+
+def test_a_batch_counts_each_job(db):
+    for i in range(10):
+        jobs.add(db, T, f"j{i}")
+    assert len(jobs.accept_many(db, T, 10, timeout=0)) == 10
+    assert last_hour(db).started == 10
+
+
+def test_buckets_and_quantiles():
+    assert rates.bucket(0) == 0 and rates.bucket(0.0005) == 0
+    assert rates.BASE ** (rates.bucket(2.0) - 1) < 2000 <= rates.BASE ** rates.bucket(2.0)
+    assert rates._quantile({}, 0.5) is None
+    assert rates._quantile({0: 99, 40: 1}, 0.5) == 0.0
+    assert rates._quantile({0: 98, 40: 2}, 0.99) == rates.BASE ** 40 / 1000
+
+
+def test_old_minutes_are_not_read_and_the_monitor_clears_them(db, monkeypatch):
+    class Clock:
+        @staticmethod
+        def time():
+            return real() - 2 * rates.KEEP
+
+    real = time.time
+    monkeypatch.setattr(rates, "time", Clock)
+    jobs.add(db, T, "old")
+    jobs.finish(db, jobs.accept(db, T, timeout=0))
+    monkeypatch.undo()
+    jobs.set_type_timeout(db, T, 60)
+    assert last_hour(db) == rates.Rates()
+
+    def count(tr):
+        prefix = keys.RATES.pack((T,))
+        return len(list(tr.get_range(prefix, strinc(prefix))))
+
+    assert run(db, count) > 0
+    ActivityMonitor(db).check()
+    assert run(db, count) == 0
+
+
+def test_status_metrics_and_text(db, capsys):
+    jobs.add(db, T, "a")
+    jobs.finish(db, jobs.accept(db, T, timeout=0), failed=True)
+    st = status.gather(db)
+    t = st.types[0]
+    assert (t.last_hour.started, t.last_hour.failed) == (1, 1)
+    g = type("G", (), {"status": st, "error": None, "seconds": 0.01})
+    text = metrics_text(g)
+    assert f'jobs_failed_last_hour{{type="{T}"}} 1' in text and f'jobs_started_last_hour{{type="{T}"}} 1' in text
+    assert f'jobs_start_wait_seconds{{type="{T}",quantile="0.5"}}' in text
+    from jobsctl import views
+
+    assert "1 started, 0 finished, 1 failed; wait p50" in "\n".join(views.controls(st))
