@@ -140,14 +140,22 @@ def _recovery_section(args, results) -> list[str]:
     return out
 
 
+def _secs(runs: list[float]) -> str:
+    return "–" if not runs else f"{statistics.median(runs):,.2f}"
+
+
 def _scale_section(scale: dict) -> list[str]:
     out = ["## Scale (ours): one operation with many jobs pending", ""]
     if scale.get("ok"):
         out += [f"{scale['ops']} `add` (one per transaction), then {scale['ops']} `accept` + `finish`, at each "
-                "size; the store is preloaded in 5,000-job transactions.", "",
-                "| jobs pending | add, µs | accept + finish, µs | preload, s |", "|---:|---:|---:|---:|"]
-        for size, adds, takes, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"], scale["preload_s"]):
-            out.append(f"| {size:,} | {_med(adds)} | {_med(takes)} | {pre:,.0f} |")
+                "size, then one status gather (`jobs status`, `/status`); the store is preloaded in 5,000-job "
+                "transactions.", "",
+                "| jobs pending | add, µs | accept + finish, µs | status gather, s | preload, s |",
+                "|---:|---:|---:|---:|---:|"]
+        gathers = scale.get("status_s") or [[]] * len(scale["sizes"])
+        for size, adds, takes, st, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"], gathers,
+                                              scale["preload_s"]):
+            out.append(f"| {size:,} | {_med(adds)} | {_med(takes)} | {_secs(st)} | {pre:,.0f} |")
     else:
         out.append(f"failed: {scale.get('error')}")
     out.append("")

@@ -15,12 +15,14 @@ SHARDS small keys.  Minutes older than ``KEEP`` are cleared by the activity moni
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
 from dataclasses import dataclass
 
 from . import keys
+from .codec import pack_int
 from .engine import strinc
 
 SHARDS = 8
@@ -41,8 +43,13 @@ class Rates:
     started: int = 0
 
 
+@functools.lru_cache(maxsize=1024)
+def _prefix(type: str, minute: int, kind) -> bytes:
+    return keys.RATES.pack((type, minute, kind))
+
+
 def _key(type: str, minute: int, kind) -> bytes:
-    return keys.RATES.pack((type, minute, kind, random.randrange(SHARDS)))
+    return _prefix(type, minute, kind) + pack_int(random.randrange(SHARDS))
 
 
 def finished(tr, type: str, failed: bool) -> None:

@@ -3,8 +3,10 @@ pending.  One store grows through the sizes (preloaded in 5,000-job transactions
 each size, after an untimed warm-up of ``--ops`` adds (the first commits after a bulk load
 pay for checkpointing its write-ahead log: ~5x slower at 1M for a few hundred commits),
 ``--ops`` adds (one per transaction) and then as many accept+finish pairs are timed, so
-the pending count stays where it was.  Prints JSON:
-``{"sizes": [...], "add_us": [[run, ...], ...], "take_us": [[...], ...], "preload_s": [...]}``
+the pending count stays where it was; then one status gather (``jobs.status.gather``: what
+``jobs status``, ``/status`` and ``/metrics`` read) is timed.  Prints JSON:
+``{"sizes": [...], "add_us": [[run, ...], ...], "take_us": [[...], ...], "status_s": [[...], ...],
+"preload_s": [...]}``
 
     python -m bench.peers.scale --dir DIR --sizes 1000 100000 1000000 --ops 500 --repeat 3
 """
@@ -18,6 +20,7 @@ import sys
 import time
 
 import jobs
+import jobs.status
 
 TYPE = "bench"
 
@@ -49,6 +52,12 @@ def time_takes(db, ops: int) -> float:
     return (time.perf_counter() - t) / ops * 1e6
 
 
+def time_status(db) -> float:
+    t = time.perf_counter()
+    jobs.status.gather(db)
+    return time.perf_counter() - t
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.peers.scale")
     p.add_argument("--dir", required=True)
@@ -58,7 +67,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     db = jobs.open("sqlite:" + os.path.join(args.dir, "scale.sqlite"))
     jobs.set_type_timeout(db, TYPE, 3600)
-    out = {"sizes": [], "add_us": [], "take_us": [], "preload_s": [], "ops": args.ops}
+    out = {"sizes": [], "add_us": [], "take_us": [], "status_s": [], "preload_s": [], "ops": args.ops}
     have = 0
     for size in sorted(args.sizes):
         t = time.monotonic()
@@ -67,15 +76,17 @@ def main(argv=None) -> int:
         have = size
         time_adds(db, args.ops, f"s{size}warm")
         time_takes(db, args.ops)
-        adds, takes = [], []
+        adds, takes, gathers = [], [], []
         for r in range(args.repeat):
             adds.append(time_adds(db, args.ops, f"s{size}r{r}"))
             takes.append(time_takes(db, args.ops))
+            gathers.append(time_status(db))
             print(f"  scale {size:,} pending: run {r + 1}/{args.repeat}: add {adds[-1]:,.0f} µs, "
-                  f"accept+finish {takes[-1]:,.0f} µs", file=sys.stderr, flush=True)
+                  f"accept+finish {takes[-1]:,.0f} µs, status gather {gathers[-1]:,.2f} s", file=sys.stderr, flush=True)
         out["sizes"].append(size)
         out["add_us"].append(adds)
         out["take_us"].append(takes)
+        out["status_s"].append(gathers)
     db.close()
     print(json.dumps(out))
     return 0
