@@ -31,6 +31,9 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "keys", Type, 2, Key)           = b"": keys at their running limit
     ("jobs", "key", Type, Key)               = (where,): where the key is (``fairness.py``)
     ("jobs", "unkeyed_turn", Type)           = (Turn,): the unkeyed jobs' place in the rotation
+    ("jobs", "workers", WorkerId)            = (Host, Pid, Types, Concurrency, Started, Heartbeat,
+                                               StaleAfter, Held, HeldJobs): a running processor
+                                               (``workers.py``)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -59,6 +62,9 @@ Layout 4 adds job *keys* (``add(..., key=...)``): a keyed job waits in its key's
 (``kpending``), and accept serves the keys with due jobs in turn (``keys``, ``key``,
 ``unkeyed_turn``; ``fairness.py``); and concurrency and rate limits (``limits``, ``slots``,
 ``starts``; ``limits.py``).  Rows of keyed or limited jobs carry two more fields (``codec.py``).
+It also adds the workers registry (``workers``: one record per running processor, renewed
+by its heartbeats, cleared when it stops or by a reader once stale; ``workers.py``), which
+older releases ignore: writing it does not upgrade the store.
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -112,6 +118,7 @@ KPENDING = ROOT["kpending"]
 KEYS = ROOT["keys"]
 KEY_STATE = ROOT["key"]
 UNKEYED_TURN = ROOT["unkeyed_turn"]
+WORKERS = ROOT["workers"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -308,6 +315,10 @@ def key_state_key(type: str, key: str) -> bytes:
 
 def unkeyed_turn_key(type: str) -> bytes:
     return UNKEYED_TURN.pack((type,))
+
+
+def worker_key(worker_id: str) -> bytes:
+    return WORKERS.pack((worker_id,))
 
 
 def check_key_sizes(type: str, job_id: str, key: str | None = None) -> None:
