@@ -64,6 +64,22 @@ def _number(value: float) -> str:
     return repr(value)
 
 
+def _worker_families(family, status) -> None:
+    """The live workers (``jobs.workers``): in all, per type they handle, the jobs they
+    held at their last heartbeat; no sample after a failed gather."""
+    workers = status.workers if status is not None else None
+    by_type: dict[str, int] = {}
+    for w in workers or []:
+        for t in w.types:
+            by_type[t] = by_type.get(t, 0) + 1
+    family("jobs_workers", "Live workers (processors heartbeating their registration).",
+           [] if workers is None else [("", len(workers))])
+    family("jobs_workers_by_type", "Live workers that handle the type.",
+           [(f'{{type="{_label(t)}"}}', n) for t, n in sorted(by_type.items())])
+    family("jobs_workers_held", "Jobs held by the live workers at their last heartbeat (running or prefetched).",
+           [] if workers is None else [("", sum(w.held for w in workers))])
+
+
 def metrics_text(g) -> str:
     """The Prometheus text of one gather (an ``http.Gathered``); a failed one has no
     per-type samples."""
@@ -91,6 +107,7 @@ def metrics_text(g) -> str:
                         "next job or rate slot is due later), full (at their running limit).",
            [(f'{{type="{_label(t.type)}",place="{place}"}}', getattr(t.keys, place))
             for t in types for place in PLACES])
+    _worker_families(family, g.status)
     family("jobs_status_gather_seconds", "How long the last status gather took.", [("", g.seconds)])
     family("jobs_status_up", "1 if the last status gather succeeded, 0 if it failed.",
            [("", 0 if g.error else 1)])
