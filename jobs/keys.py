@@ -33,6 +33,9 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "unkeyed_turn", Type)           = (Turn,): the unkeyed jobs' place in the rotation
     ("jobs", "rates", Type, Minute, Kind, Shard) = counter: jobs finished, failed, and started
                                                per wait bucket, per minute (``rates.py``)
+    ("jobs", "workers", WorkerId)            = (Host, Pid, Types, Concurrency, Started, Heartbeat,
+                                               StaleAfter, Held, HeldJobs): a running processor
+                                               (``workers.py``)
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -57,10 +60,10 @@ whoever changes or removes a finished job clears it (``finished.py``).  ``retent
 type's retention periods; ``retention_backfill`` how far the one-time indexing of jobs
 finished before the index existed has come.  These four came with layout 3.
 
-Layout 4 adds job *keys* (``add(..., key=...)``): a keyed job waits in its key's own queue
-(``kpending``), and accept serves the keys with due jobs in turn (``keys``, ``key``,
-``unkeyed_turn``; ``fairness.py``); and concurrency and rate limits (``limits``, ``slots``,
-``starts``; ``limits.py``).  Rows of keyed or limited jobs carry two more fields (``codec.py``).
+Layout 4 adds job *keys* (``kpending``, ``keys``, ``key``, ``unkeyed_turn``: ``fairness.py``),
+limits (``limits``, ``slots``, ``starts``: ``limits.py``; keyed or limited rows carry two more
+fields, ``codec.py``), and, which older releases ignore (writing them upgrades nothing), the
+per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -115,6 +118,7 @@ KEYS = ROOT["keys"]
 KEY_STATE = ROOT["key"]
 UNKEYED_TURN = ROOT["unkeyed_turn"]
 RATES = ROOT["rates"]
+WORKERS = ROOT["workers"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -317,6 +321,10 @@ def key_state_key(type: str, key: str) -> bytes:
 
 def unkeyed_turn_key(type: str) -> bytes:
     return UNKEYED_TURN.pack((type,))
+
+
+def worker_key(worker_id: str) -> bytes:
+    return WORKERS.pack((worker_id,))
 
 
 def check_key_sizes(type: str, job_id: str, key: str | None = None) -> None:

@@ -21,6 +21,8 @@ every job row (see ``keys.py`` for the layout):
   ``limits.MAX_SLOTS`` keys each); and how many of its job keys are in each place of the
   rotation (``fairness.py``), counted in pages as the other ranges.
 * whether the type is paused, and since when (the pauser's wall clock; ``pausing.py``).
+* the live workers (``workers.py``): the processors serving the store, what they handle and
+  hold; the gather clears the stale records it sees, as every reader of the registry does.
 * how long ago running jobs were last active.  The store records no wall-clock time for
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import activity, fairness, failed as failed_index, keys, limits as limits_mod, pausing, pending
-from . import rates, schedules as schedules_mod, type_timeouts
+from . import rates, schedules as schedules_mod, type_timeouts, workers as workers_mod
 from .rates import Rates
 from .limits import Limits
 from .retention import KEEP_FOREVER, Retention, get_retention
@@ -134,6 +136,7 @@ class Status:
     versions: str  # what ``behind`` counts: "versions" (an embedded store of an earlier release said "commits")
     types: list[TypeStatus]
     schedules: list[schedules_mod.Schedule] = field(default_factory=list)  # cron schedules, by type
+    workers: list[workers_mod.Worker] = field(default_factory=list)  # live workers, by types
 
 
 TIMED_VERSIONS = 10**15  # embedded versions from here on measure time (10**15 µs: September 2001)
@@ -151,7 +154,8 @@ def versions_are_time(db):
 def gather(db, limit: int = 10, now: float | None = None) -> Status:
     """Status of every type that has a timeout, is paused, has limits or has jobs; at most ``limit``
     running jobs (least recently active first) and ``limit`` failures (most recent first)
-    listed per type (the counts cover all).  Read-only."""
+    listed per type (the counts cover all).  Read-only, but for the stale worker records it
+    clears."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"limit must be an int >= 0, not {limit!r}")
     now = time.time() if now is None else now
@@ -159,7 +163,7 @@ def gather(db, limit: int = 10, now: float | None = None) -> Status:
     names, paused = run(db, lambda tr: (job_types(tr), pausing.paused_types(tr)))
     types = [replace(_type_status(db, t, now, limit, timed), paused=t in paused, paused_since=paused.get(t))
              for t in names]
-    return Status(now, "versions", types, schedules_mod.get_schedules(db))
+    return Status(now, "versions", types, schedules_mod.get_schedules(db), workers_mod.live_workers(db, now))
 
 
 def job_types(tr) -> list[str]:

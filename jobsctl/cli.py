@@ -29,12 +29,13 @@ from .commands import (
 )
 from .retention import HUMAN as RETENTION_HUMAN, add_commands as _add_retention_commands
 from .limits import HUMAN as LIMITS_HUMAN, add_commands as _add_limits_commands
+from .workers import HUMAN as WORKERS_HUMAN, add_commands as _add_workers_commands
 from .commands import cmd_migrate, cmd_pause, cmd_resume
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
 
 STATES = ("pending", "running", "finished")
-HUMAN = {**HUMAN, **RETENTION_HUMAN, **LIMITS_HUMAN}
+HUMAN = {**HUMAN, **RETENTION_HUMAN, **LIMITS_HUMAN, **WORKERS_HUMAN}
 GC_GRACE = 600.0  # `gc --grace` default: pipeline.collector.DEFAULT_GRACE (checked by a test)
 
 
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_type_commands(command)
     _add_retention_commands(command)
     _add_limits_commands(command)
+    _add_workers_commands(command)
     _add_service_commands(command)
     p = command("help", cmd_help, "describe the commands, or one command")
     p.add_argument("topic", metavar="COMMAND", nargs="?", choices=sub.choices)

@@ -132,7 +132,7 @@ def human_jobs(docs: list[dict]) -> str:
 
 def human_status(st: status_mod.Status) -> str:
     if not st.types:
-        return "(no job types)"
+        return "\n\n".join(["(no job types)", *live_workers(st)])
     rows = [[t.type, seconds(t.timeout), t.pending, t.due,
              "-" if t.oldest_due_age is None else duration(t.oldest_due_age),
              t.running, t.finished, t.failed, t.lost, ago(t.last_change)] for t in st.types]
@@ -158,7 +158,7 @@ def human_status(st: status_mod.Status) -> str:
         out.append("cron schedules ('jobs schedules' tells more):\n" + table(
             ["TYPE", "CRON", "NEXT TICK"], [[s.type, f"{s.expression} ({s.tz})", tick(s.next, st.now)]
                                             for s in st.schedules]))
-    out += controls(st)
+    out += controls(st) + live_workers(st)
     kept = [printable(f"{t.type}: finished {kept_for(t.retention.finished)}, failed {kept_for(t.retention.failed)}")
             for t in st.types if t.retention != status_mod.KEEP_FOREVER]
     if kept:
@@ -209,6 +209,16 @@ def last_hour(r) -> str:
 
 def wait(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else duration(seconds)
+
+
+def live_workers(st: status_mod.Status) -> list[str]:
+    """``jobs status``'s section on the live workers (none when there are none)."""
+    if not st.workers:
+        return []
+    rows = [[f"{w.host}/{w.pid}", ",".join(w.types), w.concurrency, w.held, f"{duration(st.now - w.heartbeat)} ago"]
+            for w in st.workers]
+    return [f"live workers ({len(st.workers)}; 'jobs workers' tells more):\n"
+            + table(["HOST/PID", "TYPES", "LANES", "HELD", "LAST HEARTBEAT"], rows)]
 
 
 def tick(t: float | None, now: float) -> str:

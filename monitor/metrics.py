@@ -70,6 +70,22 @@ def _number(value: float) -> str:
     return repr(value)
 
 
+def _worker_families(family, status) -> None:
+    """The live workers (``jobs.workers``): in all, per type they handle, the jobs they
+    held at their last heartbeat; no sample after a failed gather."""
+    workers = status.workers if status is not None else None
+    by_type: dict[str, int] = {}
+    for w in workers or []:
+        for t in w.types:
+            by_type[t] = by_type.get(t, 0) + 1
+    family("jobs_workers", "Live workers (processors heartbeating their registration).",
+           [] if workers is None else [("", len(workers))])
+    family("jobs_workers_by_type", "Live workers that handle the type.",
+           [(f'{{type="{_label(t)}"}}', n) for t, n in sorted(by_type.items())])
+    family("jobs_workers_held", "Jobs held by the live workers at their last heartbeat (running or prefetched).",
+           [] if workers is None else [("", sum(w.held for w in workers))])
+
+
 def metrics_text(g) -> str:
     """The Prometheus text of one gather (an ``http.Gathered``); a failed one has no
     per-type samples."""
@@ -104,6 +120,7 @@ def metrics_text(g) -> str:
            [(f'{{type="{_label(t.type)}",quantile="{q}"}}', getattr(t.last_hour, field))
             for t in types for q, field in (("0.5", "wait_p50"), ("0.99", "wait_p99"))
             if getattr(t.last_hour, field) is not None])
+    _worker_families(family, g.status)
     family("jobs_status_gather_seconds", "How long the last status gather took.", [("", g.seconds)])
     family("jobs_status_up", "1 if the last status gather succeeded, 0 if it failed.",
            [("", 0 if g.error else 1)])

@@ -22,7 +22,9 @@ Shape of a running processor:
 * an anyio event loop runs the rest: heartbeats renew every held job each third of its
   type timeout, and a watcher notices lost jobs at once (``holding.py``: a lost job is
   halted, its handler cancelled or interrupted, nothing more written); the activity
-  monitor for the registered types re-enqueues jobs of dead workers.
+  monitor for the registered types re-enqueues jobs of dead workers; and the processor's
+  entry in the workers registry is renewed every ``worker_heartbeat`` seconds
+  (``registration.py``: ``jobs workers`` lists the live ones).
 
 Each held job is a ``Run`` (``run.py``), whose state all of these change only through
 its transitions.
@@ -56,6 +58,7 @@ from .handlers import MAX_LOST, Handler
 from .holding import BEATS_PER_TIMEOUT, LOST_CHECK, TIMEOUT_REFRESH, Held, heartbeats, watch_lost
 from .lanes import Lanes
 from .outcomes import Outcomes
+from .registration import HEARTBEAT, Registration
 from .run import Run
 from .shutdown import STOP_WAIT, TICK, shut_down
 from .submit import TaskFuture, submit
@@ -77,10 +80,13 @@ class Processor:
     ``monitor``: also run the activity monitor for the registered types (several monitors
     over one store are harmless).  ``grace``: seconds running handlers get at shutdown
     before their jobs are handed back.  ``prefetch``: most jobs accepted in one
-    transaction (fewer when jobs are long; 1: one job at a time).  ``stats`` counts what
-    happened (accepted, succeeded, retried, failed, halted, released, errors)."""
+    transaction (fewer when jobs are long; 1: one job at a time).  ``worker_heartbeat``:
+    seconds between two renewals of its entry in the workers registry (``jobs.workers``:
+    it drops out after ``jobs.workers.stale_bound`` of that without one).  ``stats``
+    counts what happened (accepted, succeeded, retried, failed, halted, released, errors)."""
 
-    def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH):
+    def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH,
+                 worker_heartbeat: float = HEARTBEAT):
         self.db = db
         self.monitor = monitor
         self.grace = checks.seconds(grace, "grace")
@@ -91,6 +97,8 @@ class Processor:
         self._handlers: dict[str, Handler] = {}
         self._beat_every: dict[str, float] = {}
         self._held = Held()  # the runs holding a job
+        self.registration = Registration(db, self._held, checks.seconds(worker_heartbeat, "worker_heartbeat",
+                                                                         positive=True))
         self._outcomes = Outcomes(db, self._held, self.stats)
         self._stopping = threading.Event()
         self._hurry = threading.Event()  # skip the grace period
@@ -174,6 +182,8 @@ class Processor:
             anyio.run(self._run_with_signals, concurrency, signals)
         except BaseExceptionGroup as group:
             raise _sole(group) from None
+        finally:  # (serve unregisters; unless interrupted before it could)
+            self.registration.stop()
 
     async def _run_with_signals(self, concurrency: int, signals: bool) -> None:
         async with anyio.create_task_group() as tg:
@@ -214,6 +224,7 @@ class Processor:
         self._hurry.clear()
         try:
             await anyio.to_thread.run_sync(self._prepare)
+            await anyio.to_thread.run_sync(self.registration.start, self.types, concurrency)
             self.ready.set()
             async with anyio.create_task_group() as tg:
                 if self.monitor:
@@ -228,6 +239,8 @@ class Processor:
             raise _sole(group) from None
         finally:
             self.ready.clear()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.registration.stop)
             self._serving = False
             self._feed = None
 
@@ -247,11 +260,13 @@ class Processor:
                 schedules.set_schedule(tr, h.type, h.cron.expression, h.cron.tz)
 
     def _duties(self) -> list[tuple[float, object, object]]:
-        """periodic() duties, and enqueueing the due ticks of the cron types."""
+        """periodic() duties, the registration's heartbeat, and enqueueing the due ticks of
+        the cron types."""
+        duties = [*self._periodic, (self.registration.interval, self.registration.beat, None)]
         timed = [h.type for h in self._handlers.values() if h.cron is not None]
-        if not timed:
-            return list(self._periodic)
-        return [*self._periodic, (CRON_POLL, lambda: schedules.enqueue_due(self.db, timed), None)]
+        if timed:
+            duties.append((CRON_POLL, lambda: schedules.enqueue_due(self.db, timed), None))
+        return duties
 
     def _declare_timeouts(self) -> None:
         def body(tr):

@@ -91,8 +91,9 @@ def test_status_is_the_gather(db):
         expected = orjson.loads(orjson.dumps(status.gather(db)))
     assert r.status == 200 and r.headers["Content-Type"] == "application/json"
     doc = orjson.loads(r.body)
-    assert set(doc) == {"now", "versions", "types", "schedules"} and doc["versions"] == expected["versions"]
-    assert doc["schedules"] == expected["schedules"] == []
+    assert set(doc) == {"now", "versions", "types", "schedules", "workers"}
+    assert doc["versions"] == expected["versions"]
+    assert doc["schedules"] == expected["schedules"] == [] and doc["workers"] == expected["workers"] == []
     assert counts(doc) == counts(expected)
     t = counts(doc)["t"]
     assert (t["pending"], t["due"], t["due_asap"], t["running"], t["finished"]) == (5, 4, 3, 1, 1)
