@@ -15,6 +15,7 @@ TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running
                 "last change", "last hour: started / finished / failed", "start wait p50 / p99", "actions"]
 RUNNING_HEADERS = ["type", "id", "last activity", "actions"]
 FAILURE_HEADERS = ["type", "id", "failed at", "last error", "actions"]
+WORKER_HEADERS = ["host/pid", "types", "lanes", "jobs held", "started", "last heartbeat"]
 
 # The script renders the cells exactly as _seconds, _ago and dashboard_html below do.
 PAGE = string.Template("""<!doctype html>
@@ -38,6 +39,8 @@ button { margin-right: 0.3em; }
 <table><thead><tr>$running_headers</tr></thead><tbody id="running">$running_rows</tbody></table>
 <h2>Recent failures, most recent first</h2>
 <table><thead><tr>$failure_headers</tr></thead><tbody id="failures">$failure_rows</tbody></table>
+<h2>Live workers</h2>
+<table><thead><tr>$worker_headers</tr></thead><tbody id="workers">$worker_rows</tbody></table>
 <pre id="job" hidden></pre>
 <script>
 const secs = v => v === null ? "-" : v.toFixed(1) + " s";
@@ -108,6 +111,8 @@ async function refresh() {
     fill("failures", s.types.flatMap(t => t.recent_failures.map(f => [t.type, f.id, f.at, f.reason ?? "-"]))
                       .sort((a, b) => b[2] - a[2]).map(([ty, id, at, r]) => [ty, id, when(at), r,
                         [["show", "show", ty, id], ["retry", "retry", ty, id], ["discard", "discard", ty, id]]]));
+    fill("workers", (s.workers || []).map(w => [w.host + "/" + w.pid, w.types.join(", "), w.concurrency, w.held,
+                                                 when(w.started), "~" + (s.now - w.heartbeat).toFixed(1) + " s ago"]));
     note.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString();
   } catch (e) {
     note.textContent = "refresh failed: " + e.message;
@@ -167,6 +172,9 @@ def dashboard_html(st: status.Status) -> str:
         type_rows=_rows(types),
         running_rows=_rows(running),
         failure_rows=_rows(failures),
+        worker_headers="".join(f"<th>{h}</th>" for h in WORKER_HEADERS),
+        worker_rows=_rows([[f"{w.host}/{w.pid}", ", ".join(w.types), w.concurrency, w.held, _when(w.started),
+                            f"~{st.now - w.heartbeat:.1f} s ago"] for w in st.workers]),
     )
 
 

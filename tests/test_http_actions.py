@@ -186,3 +186,18 @@ def test_the_dashboard_offers_the_actions(store, server):
     for action in ("pause", "resume", "retry", "discard", "cancel", "show"):
         assert f'"{action}"' in page
     assert "Authorization: \"Bearer \" + token()" in page and "document.cookie" not in page
+
+
+def test_the_dashboard_lists_live_workers(store):
+    from jobs import workers
+
+    w = workers.new_worker(["t"], 3, interval=5.0)
+    workers.register(store, w)
+    with StatusServer(store, port=0, min_interval=0, token=TOKEN) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=DEADLINE)
+        try:
+            conn.request("GET", "/")
+            page = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+    assert "<h2>Live workers</h2>" in page and f"<td>{w.host}/{w.pid}</td>" in page
