@@ -7,7 +7,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 600
 
-.PHONY: test test-fdb demo demo-queue install clean
+.PHONY: test test-fdb demo demo-queue install clean browser screenshot
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
@@ -29,6 +29,17 @@ demo-queue: $(STAMP)
 	$(VENV)/bin/python -m jobsctl.demos.queue $(DEMO_ARGS)
 
 install: $(STAMP)
+
+# Debian's Chromium, for the dashboard's browser tests (tests/test_dashboard_browser.py:
+# they skip without it, unless JOBS_REQUIRE_BROWSER is set, as .ci/run does).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version
+
+# docs/dashboard.png, the README's picture of the dashboard (needs `make browser`).
+screenshot: $(STAMP)
+	$(VENV)/bin/python docs/screenshot.py docs/dashboard.png
 
 $(VENV)/bin/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed (set PYTHON=...)")'
