@@ -154,16 +154,20 @@ def keyed_pending_key(type: str, key: str, priority: int, stime: float, job_id: 
     return queue_band(key_queue(type, key), priority, stime) + pack_str(job_id)
 
 
+@functools.lru_cache(maxsize=1024)
+def _pending_fields(pending: bytes) -> tuple:
+    fields = unpack_flat(pending)
+    return fdb_tuple.unpack(pending) if fields is None else fields
+
+
 def job_id_of(pending: bytes) -> str:
     """The job id of a pending key of any queue (its last element)."""
-    fields = unpack_flat(pending)
-    return (fdb_tuple.unpack(pending) if fields is None else fields)[-1]
+    return _pending_fields(pending)[-1]
 
 
 def stime_of(pending: bytes) -> float:
     """The scheduled time of a pending key of any queue (the element before the id)."""
-    fields = unpack_flat(pending)
-    return (fdb_tuple.unpack(pending) if fields is None else fields)[-2]
+    return _pending_fields(pending)[-2]
 
 
 def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:
@@ -187,8 +191,7 @@ def band_prefix(type: str, priority: int | None, stime: float | None = None) -> 
 
 
 def queue_band(queue: bytes, priority: int | None, stime: float | None = None) -> bytes:
-    """:func:`band_prefix` in any queue: ``queue`` is a type's (``pending_prefix``, where
-    LEGACY is the legacy entries) or a job key's (``key_queue``)."""
+    """:func:`band_prefix` in any queue: a type's (LEGACY: its legacy entries) or a key's."""
     if priority is LEGACY:
         return queue + (_FLOAT_CODE if stime is None else pack_double(float(stime)))
     return queue + pack_int(priority) + (b"" if stime is None else pack_double(float(stime)))
@@ -209,7 +212,7 @@ def band_in(queue: bytes, key: bytes) -> int | None:
 
 
 def entry_in(queue: bytes, key: bytes) -> tuple[int | None, float, str]:
-    """:func:`pending_entry` for a pending key of the queue whose prefix is ``queue``."""
+    """:func:`pending_entry` for a pending key of the queue ``queue``."""
     fields = fdb_tuple.unpack(key[len(queue):])
     return (LEGACY, *fields) if len(fields) == 2 else fields
 
@@ -286,11 +289,11 @@ def retention_backfill_key(type: str) -> bytes:
 
 
 def paused_key(type: str) -> bytes:
-    return PAUSED.pack((type,))
+    return _prefix(PAUSED, type)
 
 
 def limits_key(type: str) -> bytes:
-    return LIMITS.pack((type,))
+    return _prefix(LIMITS, type)
 
 
 def slots_prefix(type: str, scope: str | None) -> bytes:
@@ -312,7 +315,7 @@ def key_queue(type: str, key: str) -> bytes:
 def keys_prefix(type: str, part: int | None = None) -> bytes:
     """Prefix of the type's key rotation: everything (None), the turns (0), the sleepers
     (1) or the keys at their running limit (2)."""
-    return KEYS.pack((type,) if part is None else (type, part))
+    return _prefix(KEYS, type) if part is None else _prefix(KEYS, type) + pack_int(part)
 
 
 def key_state_key(type: str, key: str) -> bytes:
@@ -320,7 +323,7 @@ def key_state_key(type: str, key: str) -> bytes:
 
 
 def unkeyed_turn_key(type: str) -> bytes:
-    return UNKEYED_TURN.pack((type,))
+    return _prefix(UNKEYED_TURN, type)
 
 
 def worker_key(worker_id: str) -> bytes:

@@ -83,10 +83,9 @@ def _read(tr, begin: bytes, end: bytes, limit: int, seen: dict | None = None) ->
     """The keys of a snapshot range read; ``seen`` (if given) also keeps their values."""
     if seen is None:
         return [bytes(key) for key, _value in tr.snapshot.get_range(begin, end, limit=limit)]
-    out = []
-    for key, value in tr.snapshot.get_range(begin, end, limit=limit):
-        out.append(bytes(key))
-        seen[out[-1]] = bytes(value)
+    found = list(tr.snapshot.get_range(begin, end, limit=limit))
+    out = [bytes(key) for key, _value in found]
+    seen.update(zip(out, (bytes(value) for _key, value in found)))
     return out
 
 

@@ -127,7 +127,6 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
         if row is None or row.lock != job.lock:
             raise _halt(job)
         rows.stop_running(tr, job.type, row)
-        rates.finished(tr, job.type, bool(failed) and not row.resubmit)
         final = row.data if raw is None else raw
         if row.resubmit:
             rows.put(tr, job.type, job.id,
@@ -141,6 +140,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
             if value_of(retained) is not None:
                 finished_index.mark(tr, job.type, job.id, bool(failed))
         rows.bump_activity(tr, job.type)
+        rates.finished(tr, job.type, bool(failed) and not row.resubmit)  # (last: the writes before go together)
         return True
 
     return within_store(tr, body)

@@ -57,6 +57,15 @@ def _op_compare_and_clear(base, param):
     return None if base == param else base
 
 
+def sql_atomic(op: str, base: bytes | None, param: bytes) -> bytes | None:
+    """``ATOMIC_OPS[op]`` as an SQLite function (``fdb_atomic``), so that an op which
+    always leaves a value is one UPSERT statement instead of a read and a write."""
+    return ATOMIC_OPS[op](base, param)
+
+
+# The ops whose result is never None (absent): applied by one UPSERT (commit.py).
+KEEPS_A_VALUE = frozenset({"add", "max", "min", "bit_and", "bit_or", "bit_xor", "byte_max", "byte_min"})
+
 ATOMIC_OPS = {
     "add": _op_add,
     "max": _op_max,

@@ -9,7 +9,7 @@ import random
 import time
 
 from . import errors as E
-from .atomic import ATOMIC_OPS
+from .atomic import ATOMIC_OPS, KEEPS_A_VALUE
 from .errors import FDBError
 from .ranges import apply_stamp, merge_ranges, overlaps
 
@@ -19,6 +19,8 @@ VERSIONS_PER_SECOND = 1_000_000  # FoundationDB's nominal version rate
 PRUNE_SCAN = 4 * PRUNE_EVERY  # oldest history entries a prune looks at
 
 _PUT = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+_UPSERT_ATOMIC = ("INSERT INTO kv (k, v) VALUES (?, fdb_atomic(?, NULL, ?)) "
+                  "ON CONFLICT (k) DO UPDATE SET v = fdb_atomic(?, v, ?)")
 _DELETE = "DELETE FROM kv WHERE k = ?"
 
 
@@ -73,6 +75,10 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
             if kind == "clear_range":
                 conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
                 span = (m[1], m[2])
+            elif m[1] in KEEPS_A_VALUE:  # atomic, one statement
+                _op, op, key, param = m
+                conn.execute(_UPSERT_ATOMIC, (key, op, param, op, param))
+                span = (key, key + b"\x00")
             else:  # atomic
                 _op, op, key, param = m
                 row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()

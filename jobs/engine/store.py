@@ -12,6 +12,7 @@ import tempfile
 import threading
 
 from . import errors as E
+from .atomic import sql_atomic
 from .checkpoints import Checkpointer
 from .errors import FDBError, StoreFileError
 from .fdbapi import KeyValue
@@ -82,6 +83,7 @@ class EmbeddedDatabase:
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA cache_size = -16000")
             conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.SAFETY_PAGES}")
+            conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
         except sqlite3.DatabaseError as exc:
             raise StoreFileError(f"cannot open store {self.path!r}: {exc}") from exc
         return conn
