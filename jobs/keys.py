@@ -381,9 +381,8 @@ _store_ids: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictiona
 
 
 def store_id_future(tr):
-    """Future of the raw store id (a snapshot read), to wait on with :func:`store_id_of`.
-    Read once per transaction attempt; not cached across transactions: a store can be
-    wiped and recreated under the same database handle."""
+    """Future of the raw store id (a snapshot read, once per transaction attempt: a store can
+    be wiped and recreated under the same handle), to wait on with :func:`store_id_of`."""
     version = tr.get_read_version().wait()
     try:
         known = _store_ids.get(tr)
