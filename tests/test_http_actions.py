@@ -175,13 +175,14 @@ def test_serve_status_new_token_and_bad_token_files(tmp_path):
     assert outside.wait(DEADLINE) != 0 and "without a token" in outside.stderr.read()
 
 
+def dashboard(server) -> str:
+    status, _, page = call(server, "GET", "/", token=None)
+    assert status == 200
+    return page
+
+
 def test_the_dashboard_offers_the_actions(store, server):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=DEADLINE)
-    try:
-        conn.request("GET", "/")
-        page = conn.getresponse().read().decode()
-    finally:
-        conn.close()
+    page = dashboard(server)
     assert 'id="token" type="password"' in page and "sessionStorage" in page
     for action in ("pause", "resume", "retry", "discard", "cancel", "show"):
         assert f'"{action}"' in page
@@ -194,10 +195,5 @@ def test_the_dashboard_lists_live_workers(store):
     w = workers.new_worker(["t"], 3, interval=5.0)
     workers.register(store, w)
     with StatusServer(store, port=0, min_interval=0, token=TOKEN) as server:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=DEADLINE)
-        try:
-            conn.request("GET", "/")
-            page = conn.getresponse().read().decode()
-        finally:
-            conn.close()
+        page = dashboard(server)
     assert "<h2>Live workers</h2>" in page and f"<td>{w.host}/{w.pid}</td>" in page
