@@ -105,5 +105,8 @@ def _quantile(histogram: dict[int, int], q: float) -> float | None:
 
 
 def prune(tr, type: str, now: float) -> None:
-    """Clear the minutes of ``type`` older than KEEP (a blind range clear)."""
-    tr.clear_range(keys.RATES.pack((type,)), keys.RATES.pack((type, int((now - KEEP) // 60) + 1)))
+    """Clear the minutes of ``type`` older than KEEP, if there are any (a snapshot read
+    first, so that an attempt retried after a commit that happened writes nothing)."""
+    begin, end = keys.RATES.pack((type,)), keys.RATES.pack((type, int((now - KEEP) // 60) + 1))
+    if any(True for _ in tr.snapshot.get_range(begin, end, limit=1)):
+        tr.clear_range(begin, end)
