@@ -177,5 +177,6 @@ class Feed:
             self._finishes.report(batch, lost)
         if not taken:
             return []
-        tracing.accepted(taken, began)
-        return self._hold(taken)
+        runs = self._hold(taken)
+        tracing.accepted(taken, began)  # (after: the jobs are held whatever tracing does)
+        return runs

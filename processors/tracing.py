@@ -27,9 +27,12 @@ traces of their own (their run spans are roots; they get no accept span).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 from . import behaviors
+
+log = logging.getLogger("processors")
 
 try:
     from opentelemetry import context as otel_context
@@ -149,15 +152,18 @@ def accepted(taken: list, began: int) -> None:
     if tracer is None:
         return
     end = clock()
-    for job in taken:
-        parent = _carried(job.data)
-        if parent is None:
-            continue
-        attributes = {"job.type": job.type, "job.id": job.id, "job.attempt": _attempt(job.data),
-                      "job.batch": len(taken)}
-        span = tracer.start_span(f"accept {job.type}", context=parent, kind=SpanKind.CONSUMER,
-                                 attributes=attributes, start_time=began)
-        span.end(end_time=end)
+    try:
+        for job in taken:
+            parent = _carried(job.data)
+            if parent is None:
+                continue
+            attributes = {"job.type": job.type, "job.id": job.id, "job.attempt": _attempt(job.data),
+                          "job.batch": len(taken)}
+            span = tracer.start_span(f"accept {job.type}", context=parent, kind=SpanKind.CONSUMER,
+                                     attributes=attributes, start_time=began)
+            span.end(end_time=end)
+    except Exception:  # noqa: BLE001 - tracing never stops a worker
+        log.exception("tracing the accept of %d job(s) failed", len(taken))
 
 
 # --- run ------------------------------------------------------------------------------
@@ -170,12 +176,16 @@ def running(run):
     if tracer is None:
         return _OFF
     job = run.job
-    parent = _carried(job.data)
-    attributes = {"job.type": job.type, "job.id": job.id, "job.attempt": _attempt(job.data)}
-    return tracer.start_as_current_span(
-        f"run {job.type}", context=otel_context.Context() if parent is None else parent, kind=SpanKind.CONSUMER,
-        attributes=attributes, record_exception=False, set_status_on_exception=False,
-    )
+    try:
+        parent = _carried(job.data)
+        attributes = {"job.type": job.type, "job.id": job.id, "job.attempt": _attempt(job.data)}
+        return tracer.start_as_current_span(
+            f"run {job.type}", context=otel_context.Context() if parent is None else parent,
+            kind=SpanKind.CONSUMER, attributes=attributes, record_exception=False, set_status_on_exception=False,
+        )
+    except Exception:  # noqa: BLE001 - tracing never stops a worker: the job runs untraced
+        log.exception("tracing job %s/%s failed", job.type, job.id)
+        return _OFF
 
 
 def outcome(kind: str, error: BaseException | None = None) -> None:
@@ -184,7 +194,10 @@ def outcome(kind: str, error: BaseException | None = None) -> None:
     if not AVAILABLE or _tracer() is None:
         return
     span = trace.get_current_span()
-    span.set_attribute("job.outcome", kind)
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    try:
+        span.set_attribute("job.outcome", kind)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    except Exception:  # noqa: BLE001 - tracing never stops a worker
+        log.exception("tracing the outcome of a run failed")

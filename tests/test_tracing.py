@@ -232,3 +232,24 @@ def test_the_global_tracer_provider_is_used_once_set():
         "traceparent = carried[TASK_KEY][TRACE]['traceparent']\n"
         "assert traceparent.split('-')[1] == format(span.get_span_context().trace_id, '032x')\n"
     )
+
+
+def test_a_failing_tracer_never_stops_a_worker(db, exporter, monkeypatch, caplog):
+    class Broken:
+        def __getattr__(self, name):
+            raise RuntimeError("the tracer broke")
+
+    p = Processor(db)
+
+    @p.handler("sturdy", timeout=10)
+    def handler(ctx):
+        return {"y": ctx.data["x"] + 1}
+
+    with request_tracer().start_as_current_span("request"):
+        future = p.submit("sturdy", {"x": 1})  # (carries a trace context: the accept is traced)
+    monkeypatch.setattr(tracing, "_tracer", Broken)
+    with running(p):
+        assert future.result(DEADLINE) == {"y": 2}
+    assert p.stats["succeeded"] == 1 and p.stats["errors"] == 0
+    logged = caplog.text
+    assert "tracing the accept of 1 job(s) failed" in logged and "tracing job sturdy/" in logged
