@@ -121,6 +121,10 @@ def human_run(doc: dict, now: float) -> list[list[str]]:
         if error.get("traceback"):  # as text, each line under the first
             tb = [printable(line) for line in str(error["traceback"]).rstrip().splitlines()]
             lines.append(["traceback", ("\n" + " " * 11).join(tb)])
+    carried = task.get("trace")  # the submitter's W3C trace context (processors/tracing.py)
+    parent = carried.get("traceparent") if isinstance(carried, dict) else None
+    if isinstance(parent, str) and parent.count("-") == 3:
+        lines.append(["trace", printable(parent.split("-")[1])])
     return lines
 
 

@@ -8,7 +8,8 @@ visible to ``jobs show`` and survives the worker::
                "last_error": {"type", "message", "traceback", "at"},
                "failed": true,                      # finished after its last attempt
                "runs": 5, "last_run": 1.7e9,        # recurring jobs only
-               "last_result": {...}}}
+               "last_result": {...},
+               "trace": {"traceparent": ...}}}      # tracing.py: the submitter's trace context
 
 Handlers see the params without ``_task`` (``ctx.data``).  A handler's result replaces the
 data when the job finishes; a result may not use the reserved key.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 TASK_KEY = "_task"
+TRACE = "trace"  # the key of the carried trace context in the bookkeeping (see tracing.py)
 TRACEBACK_LIMIT = 4000  # characters of traceback kept in the job data (the value limit is 100 kB)
 
 
@@ -100,6 +102,8 @@ def after_success(data: dict, result: dict | None, every: float | None, cron: bo
     recurring job keeps its params, with the result noted, and runs again ``every`` s on
     (a ``cron`` one at its next tick, which its schedule enqueues)."""
     if every is None and not cron:
+        if result is None and TRACE in split(data)[1]:  # the data is kept: not the trace context
+            return Outcome(_untraced(data))
         return Outcome(result)
     params, task = split(data)
     return Outcome(_recurring(params, task, {"last_result": result}), _again(every))
@@ -133,9 +137,10 @@ def lost_error(lost) -> str:
 
 def retried(data: dict) -> dict:
     """The data of a failed job run again by an operator: its params, with the failed
-    run's bookkeeping dropped (attempts start over) but a recurring job's count kept."""
+    run's bookkeeping dropped (attempts start over) but a recurring job's count and the
+    carried trace context kept."""
     params, task = split(data)
-    keep = {k: task[k] for k in ("runs", "last_run") if k in task}
+    keep = {k: task[k] for k in ("runs", "last_run", TRACE) if k in task}
     return {**params, TASK_KEY: keep} if keep else params
 
 
@@ -145,8 +150,16 @@ def _again(every: float | None) -> float | None:
     return None if every is None else time.time() + every
 
 
+def _untraced(data: dict) -> dict:
+    """``data`` without the carried trace context (and without an emptied bookkeeping)."""
+    params, task = split(data)
+    rest = {k: v for k, v in task.items() if k != TRACE}
+    return {**params, TASK_KEY: rest} if rest else params
+
+
 def _recurring(params: dict, task: dict, outcome: dict) -> dict:
-    """Params of the next run of a recurring job, with this run noted (attempts reset)."""
+    """Params of the next run of a recurring job, with this run noted (attempts reset; the
+    carried trace context dropped: each later run starts a trace of its own)."""
     runs = int(task.get("runs", 0)) + 1
     return {**params, TASK_KEY: {"runs": runs, "last_run": time.time(), **outcome}}
 

@@ -22,6 +22,8 @@ import time
 import jobs
 from jobs.accepting import AcceptCall, Wait
 
+from . import tracing
+
 log = logging.getLogger("processors")
 
 ACCEPT_SLICE = 0.5  # longest blocking accept step, so stop() is seen soon
@@ -156,6 +158,7 @@ class Feed:
         """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction."""
         batch = self._finishes.take()
         write, lost = self._finishes.writer(batch) if batch else (None, None)
+        began = tracing.clock()
         try:
             taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
             self._pause = 0.0
@@ -172,4 +175,8 @@ class Feed:
             return []
         if batch:
             self._finishes.report(batch, lost)
-        return self._hold(taken) if taken else []
+        if not taken:
+            return []
+        runs = self._hold(taken)
+        tracing.accepted(taken, began)  # (after: the jobs are held whatever tracing does)
+        return runs

@@ -15,6 +15,7 @@ import time
 import anyio
 import anyio.from_thread
 
+from . import tracing
 from .context import AsyncContext, Context
 from .handlers import Handler
 from .interrupt import Interruptible
@@ -67,12 +68,18 @@ class Lanes:
                 self._finishes.flush(wait=False)
 
     def _execute(self, run: Run, lane: Interruptible) -> None:
-        """Run one job's handler on this lane and queue (or write) its outcome."""
+        """Run one job's handler on this lane and queue (or write) its outcome, inside the
+        run's span when tracing (``tracing.py``)."""
+        with tracing.running(run):
+            self._execute_run(run, lane)
+
+    def _execute_run(self, run: Run, lane: Interruptible) -> None:
         handler = self._handlers[run.job.type]
         queued = False
         try:
             if not run.state.start():  # lost (or handed back) before its handler started
                 self._stats["halted"] += 1
+                tracing.outcome("halted")
                 return
             if run.job.lost is not None and run.job.lost.count >= handler.max_lost:
                 self._outcomes.give_up(run, handler)  # a poison job: running it would kill this worker too
@@ -81,13 +88,15 @@ class Lanes:
             returned = self._call(run, handler, lane)
             if returned is None:  # halted or handed back: nothing more is written
                 self._stats["halted"] += 1
+                tracing.outcome("halted")
                 return
             self._feed.ran(time.monotonic() - began)
             queued = self._outcomes.complete(run, handler, *returned)
-        except Exception:  # noqa: BLE001 - never let one job kill the loop
+        except Exception as exc:  # noqa: BLE001 - never let one job kill the loop
             log.exception("job %s/%s: writing its outcome failed; its type timeout will re-enqueue it",
                           run.job.type, run.job.id)
             self._stats["errors"] += 1
+            tracing.outcome("error", exc)
         finally:
             if not queued:
                 self._held.drop(run)

@@ -17,7 +17,7 @@ from jobs.codec import encode_data
 from jobs.engine import error_code
 from jobs.engine.transactional import run as run_transaction
 
-from . import behaviors
+from . import behaviors, tracing
 from .context import Context
 from .errors import WorkerLost
 from .finishes import Finishes
@@ -43,6 +43,7 @@ class Outcomes:
         it was queued for the group commit (which then drops the run from ``held``)."""
         if run.state.halted.is_set():
             self._stats["halted"] += 1
+            tracing.outcome("halted")
             return False
         if error is None:
             error = _bad_result(result)
@@ -54,10 +55,13 @@ class Outcomes:
                 error = exc
         if error is not None:
             outcome = self._failure(run, handler, error)
+        kind = _kind(error, outcome, handler)
+        tracing.outcome(kind, error)
         if error is None and run.on_commit:  # its writes must not share the transaction
             return self._write_alone(run, handler, outcome)
-        if not self.finishes.add(run, outcome, _kind(error, outcome, handler)):
+        if not self.finishes.add(run, outcome, kind):
             self._stats["halted"] += 1
+            tracing.outcome("halted")
             return False
         return True
 
@@ -80,7 +84,9 @@ class Outcomes:
         except _HookFailed:  # the job fails all the same, without on_lost's writes
             log.exception("job %s/%s: on_lost's on_commit failed", run.job.type, run.job.id)
             written = self._write(run, outcome)
-        self._stats[_kind(error, outcome, handler) if written else "halted"] += 1
+        kind = _kind(error, outcome, handler) if written else "halted"
+        self._stats[kind] += 1
+        tracing.outcome(kind, error)
 
     def _write_alone(self, run: Run, handler: Handler, outcome: behaviors.Outcome) -> bool:
         """Write an outcome with its ``on_commit`` writes in a transaction of its own."""
@@ -89,7 +95,10 @@ class Outcomes:
         except _HookFailed as exc:  # on_commit failed: the run counts as failed
             outcome = self._failure(run, handler, exc.__cause__)
             written, kind = self._write(run, outcome), _kind(exc.__cause__, outcome, handler)
+            tracing.outcome(kind, exc.__cause__)
         self._stats[kind if written else "halted"] += 1
+        if not written:
+            tracing.outcome("halted")
         return False
 
     def _written(self, run: Run, kind: str | None) -> None:

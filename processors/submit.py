@@ -22,7 +22,7 @@ from jobs.engine import value_of
 from jobs.engine.transactional import run
 from jobs.layouts import Layout
 
-from . import behaviors
+from . import behaviors, tracing
 from .errors import TaskFailed
 
 
@@ -65,30 +65,39 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
         job_id = task_id(type, params)
     given = job_id is not None
     job_id = uuid.uuid4().hex if job_id is None else job_id
+    with tracing.enqueuing(type, job_id, key) as traced:  # (the submit span, if tracing)
+        if not _enqueue(db, type, job_id, traced.carry(params), given, at=at, priority=priority, key=key):
+            traced.joined()
+    return TaskFuture(db, type, job_id)
+
+
+def _enqueue(db, type: str, job_id: str, data, given: bool, *, at: float, priority: int, key: str | None) -> bool:
+    """Add the job with ``data`` unless a run of it is pending or running (``given``: an
+    explicit or unique id); False when it joined that run instead."""
     mark = SUBMISSIONS.pack((type, job_id))
     nonce = uuid.uuid4().bytes
 
-    def body(tr):
+    def body(tr) -> bool:
         # A retry after commit_unknown_result (1021) must not enqueue a second run, even if
         # the first already ran and finished meanwhile: the submission's nonce, written
         # with the add, tells whether an earlier attempt committed.
         if given:
             LAYOUT.check(tr)
             if value_of(tr.get(mark)) == nonce:
-                return
+                return True
         try:
             state = jobs.get_job_state(tr, type, job_id)
         except jobs.NotFound:
             state = None
         if state is not None and (not given or state in ("pending", "running")):
-            return  # a fresh random id exists only if our add committed; else join the task
-        jobs.add(tr, type, job_id, params, scheduled_time=at, priority=priority, key=key)
+            return not given  # a fresh random id exists only if our add committed; else join the task
+        jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
         if given:
             LAYOUT.upgrade(tr)
             tr.set(mark, nonce)
+        return True
 
-    run(db, body)
-    return TaskFuture(db, type, job_id)
+    return run(db, body)
 
 
 async def asubmit(db, type: str, params: dict | None = None, **kwargs) -> "TaskFuture":

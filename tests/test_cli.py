@@ -120,6 +120,17 @@ def test_add_and_show(capsys, url, db):
     assert doc["data"] == {} and doc["scheduled_time"] == 1000.0
 
 
+def test_show_names_the_trace_a_job_carries(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    jobs.add(db, "t", "a", {"x": 1, "_task": {"trace": {"traceparent": parent}}})
+    jobs.add(db, "t", "b", {"x": 1, "_task": {"trace": {"traceparent": "garbage"}}})
+    code, out, _ = run(capsys, "--store", url, "show", "t", "a")
+    assert code == 0 and "trace      4bf92f3577b34da6a3ce929d0e0e4736\n" in out
+    code, out, _ = run(capsys, "--store", url, "show", "t", "b")
+    assert code == 0 and "\ntrace " not in out
+
+
 def test_add_at_forms(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     assert run_json(capsys, "--store", url, "add", "t", "unix", "--at", "1700000000.5")["scheduled_time"] == 1700000000.5
