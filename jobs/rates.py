@@ -8,7 +8,8 @@
 when they were due, or enqueued if later, to the accept that took them) about
 ``BASE ** Bucket`` milliseconds (counted by ``accept``).  Every count is an atomic add,
 which never conflicts, spread over ``SHARDS`` keys so that no one key takes every worker's
-writes.  A read sums the last hour: at most 60 minutes x (2 + the buckets in use) x
+writes (one shard per transaction, so that a group commit of many finishes adds to one).
+A read sums the last hour: at most 60 minutes x (2 + the buckets in use) x
 SHARDS small keys.  Minutes older than ``KEEP`` are cleared by the activity monitor
 (:func:`prune`).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-import random
+import os
 import time
 from dataclasses import dataclass
 
@@ -48,13 +49,16 @@ def _prefix(type: str, minute: int, kind) -> bytes:
     return keys.RATES.pack((type, minute, kind))
 
 
-def _key(type: str, minute: int, kind) -> bytes:
-    return _prefix(type, minute, kind) + pack_int(random.randrange(SHARDS))
+def _key(tr, type: str, minute: int, kind) -> bytes:
+    """The counter's key in one shard per transaction (a group commit's adds to a counter
+    go to one key, which the embedded engine sums into one write), spread by process and
+    transaction."""
+    return _prefix(type, minute, kind) + pack_int((os.getpid() + (id(tr) >> 4)) % SHARDS)
 
 
 def finished(tr, type: str, failed: bool) -> None:
     """Count a job finished (or failed) now."""
-    tr.add(_key(type, int(time.time() // 60), "failed" if failed else "finished"), _ONE)
+    tr.add(_key(tr, type, int(time.time() // 60), "failed" if failed else "finished"), _ONE)
 
 
 def bucket(seconds: float) -> int:
@@ -70,7 +74,7 @@ def started(tr, type: str, waits: list[float]) -> None:
         b = bucket(w)
         counts[b] = counts.get(b, 0) + 1
     for b, n in counts.items():
-        tr.add(_key(type, minute, ("wait", b)), n.to_bytes(8, "little"))
+        tr.add(_key(tr, type, minute, ("wait", b)), n.to_bytes(8, "little"))
 
 
 def read(tr, type: str, now: float) -> Rates:

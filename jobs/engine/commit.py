@@ -43,6 +43,7 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
     puts: list[tuple[bytes, bytes]] = []
     deletes: list[tuple[bytes]] = []
     skip = no_conflict
+    summed = _summable_adds(log, stamp)  # key -> [sum, length]: applied once, at the end
 
     def flush() -> None:
         if puts:
@@ -75,6 +76,9 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
             if kind == "clear_range":
                 conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
                 span = (m[1], m[2])
+            elif m[1] == "add" and m[2] in summed:  # summed with the key's other adds
+                summed[m[2]][0] += int.from_bytes(m[3], "little")
+                span = (m[2], m[2] + b"\x00")
             elif m[1] in KEEPS_A_VALUE:  # atomic, one statement
                 _op, op, key, param = m
                 conn.execute(_UPSERT_ATOMIC, (key, op, param, op, param))
@@ -91,7 +95,32 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
         if not skip or i not in skip:
             written.append(span)
     flush()
+    for key, (total, n) in summed.items():
+        param = (total % (1 << (8 * n))).to_bytes(n, "little")
+        conn.execute(_UPSERT_ATOMIC, (key, "add", param, "add", param))
     return written
+
+
+def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
+    """The keys whose only mutations in ``log`` are two or more atomic adds with one
+    parameter length: adds commute, so their sum is applied once (a group commit adds to
+    the same counters once per job).  key -> [0, length]."""
+    adds: dict[bytes, list] = {}
+    other: set[bytes] = set()
+    ranges = []
+    for m in log:
+        kind = m[0]
+        if kind == "atomic" and m[1] == "add":
+            entry = adds.setdefault(m[2], [0, len(m[3]), 0])
+            if entry[1] != len(m[3]):
+                other.add(m[2])
+            entry[2] += 1
+        elif kind == "clear_range":
+            ranges.append((m[1], m[2]))
+        else:
+            other.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[1] if kind != "atomic" else m[2])
+    return {key: [0, n] for key, (_sum, n, count) in adds.items()
+            if count > 1 and key not in other and not any(b <= key < e for b, e in ranges)}
 
 
 def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict: set, extra_writes) -> tuple[int, bytes]:

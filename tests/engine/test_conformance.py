@@ -463,6 +463,29 @@ def test_atomic_add_wraps_at_parameter_width(db, ks):
     assert read(db, k) == b"\x00"
 
 
+def test_many_adds_in_one_transaction(db, ks):
+    """Several adds to a key in one commit (a group commit counting its jobs): the same
+    result as one by one, with a set or clear in between, a wrap, or another width."""
+    counter, mixed, wrap, widths = (ks.pack((name,)) for name in ("counter", "mixed", "wrap", "widths"))
+    put(db, {wrap: b"\xfe", widths: le(1)})
+    tr = db.create_transaction()
+    for _ in range(40):
+        tr.add(counter, le(1))
+    tr.add(mixed, le(5))
+    tr[mixed] = le(100)
+    tr.add(mixed, le(2))
+    tr.add(mixed, le(3))
+    for _ in range(3):
+        tr.add(wrap, b"\x01")
+    tr.add(widths, le(1))
+    tr.add(widths, b"\x01")
+    commit(tr)
+    assert from_le(read(db, counter)) == 40
+    assert from_le(read(db, mixed)) == 105
+    assert read(db, wrap) == b"\x01"
+    assert read(db, widths) == b"\x03"  # the last add's width, as FoundationDB
+
+
 def test_bitwise_and_byte_ops(db, ks):
     k = ks.pack(("bits",))
     put(db, {k: b"\x0f"})
