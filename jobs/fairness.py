@@ -41,6 +41,7 @@ from .engine import strinc, value_of
 from .engine import tuple as fdb_tuple
 
 TURNS, ASLEEP, FULL = 0, 1, 2  # the parts of ``keys/Type``
+PLACES = {"turns": TURNS, "asleep": ASLEEP, "full": FULL}  # their names, for people
 HEAD = 16  # rotation entries read to find the keys whose turn it is
 WAKE = 8  # sleepers woken per accept attempt
 STEPS = 32  # keys looked at per accept attempt before attempting again (each makes progress)
@@ -137,13 +138,11 @@ def next_due(tr, type: str) -> float | None:
     return keys.KEYS.unpack(head[0])[2] if head else None
 
 
-queued_keys = pending.queued_keys
-
-
 def counts(tr, type: str) -> dict[str, int]:
-    """How many keys are in each place (snapshot reads, for people)."""
+    """How many keys are in each place (snapshot reads in one transaction: for tests and
+    small stores; ``jobs status`` counts the same ranges in pages)."""
     out = {}
-    for name, part in (("turns", TURNS), ("asleep", ASLEEP), ("full", FULL)):
+    for name, part in PLACES.items():
         prefix = keys.keys_prefix(type, part)
         out[name] = sum(1 for _ in tr.snapshot.get_range(prefix, strinc(prefix)))
     return out

@@ -101,7 +101,7 @@ class KeyPlaces:
         return self.turns + self.asleep + self.full
 
 
-PLACES = {"turns": fairness.TURNS, "asleep": fairness.ASLEEP, "full": fairness.FULL}
+PLACES = fairness.PLACES
 
 
 @dataclass(frozen=True)
