@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from . import checks, fairness, keys, limits, pausing, pending, rates, rows
+from . import checks, counts, fairness, keys, limits, pausing, pending, rates, rows, store_ids
 from .codec import Row, decode_data
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
@@ -96,12 +96,12 @@ class AcceptCall:
         keys.check_layout(tr)
         if also is not None:
             also(tr)
-        store = keys.store_id_future(tr)
+        store = store_ids.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
         limits_record = limits.read(tr, self.type)  # with a conflict too: a change makes it retry
         mine = self._already_mine(tr)
         if mine:  # (taken before any pause that committed since: it conflicted otherwise)
-            store_id = keys.store_id_of(store)
+            store_id = store_ids.store_id_of(store)
             return [self._job(job_id, row, store_id) for job_id, row in mine]
         now = time.time()
         max_stime = now if self.max_sched_time is None else self.max_sched_time
@@ -126,7 +126,7 @@ class AcceptCall:
         if not taken:
             return None
         rates.started(tr, self.type, waits[:len(taken)])
-        store_id = keys.store_id_of(store)
+        store_id = store_ids.store_id_of(store)
         return [self._job(job_id, row, store_id) for job_id, row in taken]
 
     def _lock(self, tr, ids: list[str], admission) -> list[tuple[str, Row]]:
@@ -145,6 +145,7 @@ class AcceptCall:
             # Lost kept: the count belongs to the run, whichever worker takes it next.
             rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data, None, worker,
                                                         row.lost, row.priority, row.key, admission.hold(job_id)))
+            counts.changed(tr, self.type, job_id, "running", 1)
             taken.append((job_id, row))
         return taken
 

@@ -38,7 +38,7 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bo
         row = rows.get(tr, type, job_id)
         if row is None or row.lock is None or row.seq != seq:
             continue  # an activity key its job no longer points at: just drop it
-        rows.stop_running(tr, type, row)  # (its activity key is the one cleared above)
+        rows.stop_running(tr, type, job_id, row)  # (its activity key is the one cleared above)
         rows.make_pending(tr, type, job_id, row.stime, row.data, lost=one_more_lost(row), priority=row.priority,
                           key=row.key)
         count += 1

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import re
 
+from . import keys
+
 # Latest scheduled time: the start of the year 9999, so that every view can show any stored
 # time as a date in any time zone (Python's dates end with the year 9999).
 MAX_TIME = 253370764800.0  # 9999-01-01T00:00:00Z
@@ -94,3 +96,14 @@ def limit(value) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"limit must be a non-negative int or None, not {value!r}")
     return value
+
+
+def key_sizes(type: str, job_id: str, key: str | None = None) -> None:
+    """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
+    longest = keys.pending_key(type, -(1 << 63), 0.0, job_id)
+    size = len(longest) + (0 if key is None else len(keys.pack_str(key)) + 16)
+    if size > keys.KEY_LIMIT:
+        raise ValueError(
+            f"type and job id are too long: their keys would be {size} bytes, over FoundationDB's "
+            f"limit of {keys.KEY_LIMIT}; use shorter ids"
+        )

@@ -38,7 +38,7 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     checks.name(job_id, "job id", new=True)
     if key is not None:
         checks.name(key, "key", new=True)
-    keys.check_key_sizes(type, job_id, key)
+    checks.key_sizes(type, job_id, key)
     stime = checks.scheduled_time(scheduled_time)
     priority = checks.priority(priority)
     raw = encode_data(data)
@@ -89,6 +89,6 @@ def remove_row(tr, type: str, job_id: str, row) -> None:
         pending.remove(tr, type, row.priority, row.stime, job_id, row.key)
     elif row.state == "finished":
         finished_index.leave(tr, type, job_id)
-    rows.stop_running(tr, type, row)
+    rows.stop_running(tr, type, job_id, row)
     rows.clear(tr, type, job_id)
     rows.bump_activity(tr, type)

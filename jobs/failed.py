@@ -57,3 +57,4 @@ def listed(tr, type: str, after: str | None = None, limit: int = 0) -> list[tupl
 def type_range(type: str) -> tuple[bytes, bytes]:
     r = keys.FAILED[type].range()
     return r.start, r.stop
+

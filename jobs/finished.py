@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from . import failed as failed_index
-from . import keys, rows
+from . import counts, keys, rows
 from .engine import tuple as fdb_tuple
 from .engine import value_of
 
@@ -66,6 +66,7 @@ def leave(tr, type: str, job_id: str) -> None:
     index and from the failed index."""
     failed_index.unmark(tr, type, job_id)
     entry = entry_of(tr, type, job_id)
+    counts.changed(tr, type, job_id, "finished" if entry is None else entry[0], -1)  # (failed: always indexed)
     if entry is not None:
         tr.clear(keys.finished_key(type, *entry, job_id))
         tr.clear(keys.finished_job_key(type, job_id))
@@ -119,3 +120,18 @@ def backfill(tr, type: str, limit: int) -> bool:
     last = keys.DATA.unpack(page[-1].key)[1] if page else after
     tr.set(keys.retention_backfill_key(type), fdb_tuple.pack((done, last)))
     return done
+
+
+def recent_failures(tr, type: str, limit: int) -> list[tuple[str, float, str | None]]:
+    """``(id, at, reason)`` of the ``limit`` most recent failures, most recent first: this
+    index's failed entries (in order of time; layout 5 keeps one per failed job) and their
+    reasons from the failed index (snapshot reads)."""
+    r = keys.FINISHED[type]["failed"].range()
+    found = [keys.unpack_finished(key) for key, _v in tr.snapshot.get_range(r.start, r.stop, limit=limit,
+                                                                            reverse=True)]
+    futures = [tr.snapshot.get(keys.failed_key(type, job_id)) for _t, _k, _at, job_id in found]
+    out = []
+    for (_type, _kind, at, job_id), future in zip(found, futures):
+        raw = value_of(future)
+        out.append((job_id, *((at, None) if raw is None else failed_index.entry(raw))))
+    return out

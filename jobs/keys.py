@@ -36,6 +36,8 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "workers", WorkerId)            = (Host, Pid, Types, Concurrency, Started, Heartbeat,
                                                StaleAfter, Held, HeldJobs): a running processor
                                                (``workers.py``)
+    ("jobs", "counts", Type, ...)            = counter: the type's jobs by state (``counts.py``)
+    ("jobs", "recount", Type)                = (JobId | None,): how far counting them has come
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -63,7 +65,9 @@ finished before the index existed has come.  These four came with layout 3.
 Layout 4 adds job *keys* (``kpending``, ``keys``, ``key``, ``unkeyed_turn``: ``fairness.py``),
 limits (``limits``, ``slots``, ``starts``: ``limits.py``; keyed or limited rows carry two more
 fields, ``codec.py``), and, which older releases ignore (writing them upgrades nothing), the
-per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).
+per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).  Layout 5
+adds the ``counts`` of jobs by state, and puts every failed job in the ``finished`` index;
+upgrading to it records the types to count in ``recount`` (``counts.py``).
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -78,23 +82,32 @@ store; layout 3 does the same with its band keys and rows that carry a priority.
 from __future__ import annotations
 
 import functools
-import uuid
-import weakref
 
 from . import prefixes
 from .codec import pack_double, pack_int, pack_str, read_int, unpack_flat
-from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, strinc, value_of
+from .engine import Subspace, pack_versionstamp, pack_with_versionstamp, strinc
 from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 from .layouts import Layout
 
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
-# Layouts 3 and 4 read the stores of layouts 1 to 3 as they are (legacy pending entries
-# included): nothing to rewrite in the upgrading transaction.
+
+def _to_layout_5(tr) -> None:
+    """Every type with jobs is to be counted (``recount.py``); types without jobs are
+    counted from their first one (``counts.py``).  One read per type."""
+    begin, end = DATA.range().start, DATA.range().stop
+    while found := list(tr.snapshot.get_range(begin, end, limit=1)):
+        type = DATA.unpack(found[0].key)[0]
+        tr.set(recount_key(type), fdb_tuple.pack((None,)))
+        begin = DATA[type].range().stop
+
+
+# Layouts 3 to 5 read the stores of layouts 1 to 4 as they are (legacy pending entries
+# included); upgrading to 5 records the types whose jobs are to be counted.
 LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError,
-                newer=LayoutError, migrations={1: None, 2: None, 3: None})
+                newer=LayoutError, migrations={1: None, 2: None, 3: None, 4: _to_layout_5})
 ROOT = LAYOUT.space
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
@@ -119,6 +132,8 @@ KEY_STATE = ROOT["key"]
 UNKEYED_TURN = ROOT["unkeyed_turn"]
 RATES = ROOT["rates"]
 WORKERS = ROOT["workers"]
+COUNTS = ROOT["counts"]
+RECOUNT = ROOT["recount"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -168,6 +183,14 @@ def job_id_of(pending: bytes) -> str:
 def stime_of(pending: bytes) -> float:
     """The scheduled time of a pending key of any queue (the element before the id)."""
     return _pending_fields(pending)[-2]
+
+
+def queue_entry(pending: bytes) -> tuple[str, int | None, float, str]:
+    """``(type, priority, stime, job_id)`` of a pending key of any queue (LEGACY priority:
+    a legacy entry)."""
+    fields = _pending_fields(pending)
+    priority = fields[-3]
+    return fields[2], (priority if type(priority) is int else LEGACY), fields[-2], fields[-1]
 
 
 def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:
@@ -330,27 +353,13 @@ def worker_key(worker_id: str) -> bytes:
     return WORKERS.pack((worker_id,))
 
 
-def check_key_sizes(type: str, job_id: str, key: str | None = None) -> None:
-    """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
-    longest = pending_key(type, -(1 << 63), 0.0, job_id)
-    size = len(longest) + (0 if key is None else len(pack_str(key)) + 16)
-    if size > KEY_LIMIT:
-        raise ValueError(
-            f"type and job id are too long: their keys would be {size} bytes, over FoundationDB's "
-            f"limit of {KEY_LIMIT}; use shorter ids"
-        )
+def recount_key(type: str) -> bytes:
+    return RECOUNT.pack((type,))
 
 
-# --- layout version and store identity ----------------------------------------------------
+# --- layout version ----------------------------------------------------------------------
 
 _checked = LAYOUT.checked  # databases seen at this layout version
-
-
-def _unpack_meta(raw: bytes, what: str):
-    try:
-        return fdb_tuple.unpack(raw)[0]
-    except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
-        raise StoreError(f"the store's job {what} key is corrupt ({raw[:40]!r})") from exc
 
 
 def check_layout(tr) -> None:
@@ -364,37 +373,3 @@ def upgrade_layout(tr) -> None:
     """Before ``tr`` writes what only this layout can read: record this layout's version
     unless the store is known to have it.  Raises LayoutError for a newer store."""
     LAYOUT.upgrade(tr)
-
-
-def ensure_store(tr) -> None:
-    """Write the layout version and a new store id if the store has none yet.  A conflicting
-    read, so that two first writers agree on one id (the loser retries and sees it)."""
-    check_layout(tr)
-    if not tr.get(STORE_ID_KEY).wait().present():
-        tr.set(STORE_ID_KEY, fdb_tuple.pack((uuid.uuid4().bytes,)))
-        LAYOUT.record(tr)
-
-
-# transaction -> (its read version, future of the store id): one read per transaction
-# attempt, however many jobs it touches (a retried attempt has another read version).
-_store_ids: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
-
-
-def store_id_future(tr):
-    """Future of the raw store id (a snapshot read, once per transaction attempt: a store can
-    be wiped and recreated under the same handle), to wait on with :func:`store_id_of`."""
-    version = tr.get_read_version().wait()
-    try:
-        known = _store_ids.get(tr)
-    except TypeError:  # not weak-referenceable: read every time
-        return tr.snapshot.get(STORE_ID_KEY)
-    if known is not None and known[0] == version:
-        return known[1]
-    future = tr.snapshot.get(STORE_ID_KEY)
-    _store_ids[tr] = (version, future)
-    return future
-
-
-def store_id_of(future) -> bytes | None:
-    raw = value_of(future)
-    return None if raw is None else _unpack_meta(raw, "store id")

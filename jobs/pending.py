@@ -24,7 +24,7 @@ import uuid
 import weakref
 from itertools import takewhile
 
-from . import keys
+from . import counts, keys
 from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import run
@@ -49,6 +49,7 @@ def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | 
         tr.set(keys.pending_key(type, priority, stime, job_id), queued)
     else:
         tr.set(keys.keyed_pending_key(type, key, priority, stime, job_id), queued)
+    counts.queued(tr, type, priority, stime, job_id, 1)
     wake(tr, type)
 
 
@@ -66,6 +67,7 @@ def remove(tr, type: str, priority: int, stime: float, job_id: str, key: str | N
     """Drop the job's entry, and its legacy entry if it has one (a blind clear: nothing to
     read, and a migration that moves that entry meanwhile conflicts and finds it gone).
     A keyed job's key stays in the rotation until an accept finds its queue empty."""
+    counts.queued(tr, type, priority, stime, job_id, -1)
     if key is not None:
         tr.clear(keys.keyed_pending_key(type, key, priority, stime, job_id))
         return
@@ -174,6 +176,7 @@ def pick(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False)
 
 def take(tr, picked: list[bytes]) -> list[str]:
     """Take (clear) the ``picked`` pending keys; their job ids."""
+    counts.taken(tr, picked)
     for key in picked:
         tr.add_read_conflict_key(key)  # the one conflict: another worker that took this job
         tr.clear(key)

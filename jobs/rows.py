@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from . import fairness, keys, limits
+from . import counts, fairness, keys, limits
 from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
@@ -78,11 +78,12 @@ def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Los
     bump_activity(tr, type)
 
 
-def stop_running(tr, type: str, row: Row) -> None:
-    """The running job of ``row`` stops running (finished, made pending, removed): drop
+def stop_running(tr, type: str, job_id: str, row: Row) -> None:
+    """The job (``row``), if running, stops running (finished, made pending, removed): drop
     its activity key and free its running slots; a job key that was full comes back in."""
     clear_activity(tr, type, row)
     if row.lock is not None:
+        counts.changed(tr, type, job_id, "running", -1)
         key = limits.free(tr, type, row.slots)
         if key is not None:
             fairness.unblock(tr, type, key)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import checks, keys
+from . import checks, keys, store_ids
 from .calls import within_store
 from .engine import tuple as fdb_tuple
 from .engine import value_of
@@ -16,7 +16,7 @@ def set_type_timeout(tr, type: str, seconds: float) -> None:
     seconds = checks.seconds(seconds, "type timeout", positive=True)
 
     def body(tr):
-        keys.ensure_store(tr)
+        store_ids.ensure_store(tr)
         tr.set(keys.timeout_key(type), fdb_tuple.pack((seconds,)))
 
     within_store(tr, body)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, fairness, keys, pending, rates, rows
+from . import checks, counts, fairness, pending, rates, rows, store_ids
 from . import failed as failed_index
 from . import finished as finished_index
 from .accepting import AcceptCall
@@ -30,9 +30,9 @@ def _halt(job: Job) -> Halt:
 
 def _row_of(tr, job: Job) -> Row | None:
     """The row of ``job``'s job, after checking that ``job`` comes from this store."""
-    store = keys.store_id_future(tr)
+    store = store_ids.store_id_future(tr)
     row = rows.get(tr, job.type, job.id)
-    if keys.store_id_of(store) != job.store:
+    if store_ids.store_id_of(store) != job.store:
         raise ForeignJobError(f"job {job.type}/{job.id} was accepted from another store than this one")
     return row
 
@@ -126,7 +126,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
             return False  # this Job's finish already committed
         if row is None or row.lock != job.lock:
             raise _halt(job)
-        rows.stop_running(tr, job.type, row)
+        rows.stop_running(tr, job.type, job.id, row)
         final = row.data if raw is None else raw
         if row.resubmit:
             rows.put(tr, job.type, job.id,
@@ -137,8 +137,9 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
                                                row.lost, row.priority, row.key))
             if failed:
                 failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
-            if value_of(retained) is not None:
+            if failed or value_of(retained) is not None:  # (failed jobs are always indexed)
                 finished_index.mark(tr, job.type, job.id, bool(failed))
+            counts.changed(tr, job.type, job.id, "failed" if failed else "finished", 1)
         rows.bump_activity(tr, job.type)
         rates.finished(tr, job.type, bool(failed) and not row.resubmit)  # (last: the writes before go together)
         return True
@@ -225,7 +226,7 @@ def release(tr, job: Job) -> None:
                 return
             raise _halt(job)
         released.record(True)
-        rows.stop_running(tr, job.type, row)
+        rows.stop_running(tr, job.type, job.id, row)
         rows.make_pending(tr, job.type, job.id, row.stime, row.data, lost=row.lost, priority=row.priority,
                           key=row.key)  # same run
 

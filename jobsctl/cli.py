@@ -107,6 +107,9 @@ def _add_type_commands(command) -> None:
     p.add_argument("--limit", metavar="N", type=functools.partial(count, least=0), default=10,
                    help="running jobs (least recently active first) and failures (most recent first) "
                         "listed per type (default 10)")
+    p.add_argument("--exact", action="store_true",
+                   help="count every job key by key instead of reading the counters (linear in jobs: "
+                        "to check the counters)")
     command("migrate", cmd_migrate, "move pending jobs of a store written before priorities into priority 0 "
             "now (activity monitors do it by themselves as they start)")
     p = command("schedules", cmd_schedules, "cron schedules: type, expression, zone, last and next tick")

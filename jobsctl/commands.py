@@ -128,7 +128,7 @@ def cmd_migrate(args):
 
 def cmd_status(args):
     with open_store(args, create=False) as db:
-        return status_mod.gather(db, limit=args.limit)
+        return status_mod.gather(db, limit=args.limit, exact=args.exact)
 
 
 def cmd_schedules(args):

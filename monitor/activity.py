@@ -25,7 +25,7 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import activity, pending, rates
+from jobs import activity, counts, pending, rates, recount
 from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
@@ -41,6 +41,7 @@ MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
 MIGRATION_BATCH = pending.MIGRATION_BATCH  # legacy pending entries moved per transaction
+COUNT_PAGE, COUNT_PAGES = 500, 20  # rows counted per transaction, transactions per pass
 # A running monitor prunes at most this often: its passes come every 0.05-0.5 s, and
 # retention periods are minutes to days (``check()`` called by hand prunes every time).
 PRUNE_INTERVAL = 1.0
@@ -62,6 +63,7 @@ class ActivityMonitor:
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
         self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
+        self._counted: set[str] = set()  # types this monitor saw counted (``counts.backfill``)
         self._rates_pruned: dict[str, float] = {}  # type -> when (monotonic) its old rates were last cleared
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -79,6 +81,7 @@ class ActivityMonitor:
         for type, timeout in timeouts.items():
             if timeout is not None:
                 self._migrate(type)
+                self._count(type)
                 total += self._check_type(type, timeout)
                 self._prune_rates(type)
         self.reenqueued += total
@@ -101,10 +104,22 @@ class ActivityMonitor:
         return 0 if due is None else self._reenqueue(type, due)
 
     def _prune_rates(self, type: str) -> None:
-        """Clear the type's throughput counters older than an hour, once a minute."""
+        """Clear the type's throughput counters older than an hour, and its job counters
+        that are read no more (``counts.prune``), once a minute."""
         if time.monotonic() - self._rates_pruned.get(type, -math.inf) >= 60:
             run(self.db, rates.prune, type, time.time())
+            run(self.db, counts.prune, type, time.time())
             self._rates_pruned[type] = time.monotonic()
+
+    def _count(self, type: str) -> None:
+        """Count the jobs of a type of a store of an earlier layout (``counts.backfill``):
+        up to COUNT_PAGES pages per pass, so that a pass never holds re-enqueues up long."""
+        if type in self._counted:
+            return
+        for _ in range(COUNT_PAGES):
+            if run(self.db, recount.backfill, type, COUNT_PAGE):
+                self._counted.add(type)
+                return
 
     def _migrate(self, type: str) -> None:
         """Move the type's legacy pending entries (a store of an older layout) into band 0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import orjson
 
 import jobs
-from jobs import keys, rows
+from jobs import keys, rows, store_ids
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
 
@@ -25,7 +25,7 @@ def snapshot(db) -> list[tuple[bytes, bytes]]:
 def add_unchecked(tr, type: str, job_id: str, scheduled_time: float = 0.0, timeout: float | None = 60.0) -> None:
     """A new pending job with data ``{}``, written as ``jobs.add`` did before it checked
     names and times; ``timeout``: the type's timeout, written the same way (None: none)."""
-    keys.ensure_store(tr)
+    store_ids.ensure_store(tr)
     if timeout is not None:
         tr.set(keys.timeout_key(type), fdb_tuple.pack((float(timeout),)))
     rows.make_pending(tr, type, job_id, float(scheduled_time), b"{}")

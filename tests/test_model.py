@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import jobs
+from jobs import status
 from jobs.engine import Subspace
 from jobs.engine import limits
 from jobs.engine.embedded import EmbeddedDatabase
@@ -379,8 +380,22 @@ class JobModel(RuleBasedStateMachine):
             assert jobs.pending_count(db, type, limit=1) == min(1, len(pending))
             assert jobs.get_type_timeout(db, type) == self.timeouts.get(type)
         assert jobs.get_types(db) == sorted(self.timeouts)
+        self.counts_match_model(db)
         app = db.get_range(APP.range().start, APP.range().stop)
         assert {kv.key for kv in app} == self.app_keys
+
+    def counts_match_model(self, db):
+        """The counters (``jobs status``'s numbers) say what the model says, after every
+        step: every write path, retried or not, counts each change once."""
+        gathered = {t.type: t for t in status.gather(db, limit=0).types}
+        for type in TYPES:
+            states = [m.state for (t, _i), m in self.jobs.items() if t == type]
+            stimes = [m.stime for (t, _i), m in self.jobs.items() if t == type and m.state == "pending"]
+            found = gathered.get(type)
+            got = (0, 0, 0, 0, 0) if found is None else (
+                found.pending, found.due, found.due_asap, found.running, found.finished)
+            assert got == (len(stimes), sum(s != FUTURE for s in stimes), stimes.count(0),
+                           states.count("running"), states.count("finished"))
 
     @invariant()
     def single_job_reads(self):

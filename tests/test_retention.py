@@ -287,8 +287,10 @@ def test_a_monitor_backfills_an_old_store(db):
 
 def job_keys(db) -> int:
     """The job layer's keys but the per-minute rate counters (``jobs/rates.py``: bounded by
-    time, an hour's worth, not by jobs; ``test_rates.py`` checks that they go)."""
-    return sum(1 for k, _v in snapshot(db) if not k.startswith(keys.RATES.key()))
+    time, an hour's worth, not by jobs; ``test_rates.py`` checks that they go) and the job
+    counters (``jobs/counts.py``: bounded by shards, priorities and scheduled minutes, which
+    ``test_counts.py`` checks are pruned)."""
+    return sum(1 for k, _v in snapshot(db) if not k.startswith((keys.RATES.key(), keys.COUNTS.key())))
 
 
 def test_store_size_stays_flat_under_a_steady_workload(db):

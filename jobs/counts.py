@@ -1,0 +1,202 @@
+"""Exact counts of each type's jobs, kept by the transactions that change them, so that
+``jobs status`` costs the same at a thousand jobs as at a million (couch_jobs counts
+pending jobs by reading the queue: linear in jobs)::
+
+    ("jobs", "counts", Type, "running" | "finished" | "failed", Shard)
+    ("jobs", "counts", Type, "asap", Band, Shard)            pending, scheduled as soon as possible
+    ("jobs", "counts", Type, "at", Minute, Band, Shard)      pending, scheduled in that minute
+    ("jobs", "counts", Type, "sec", Second, Band, Shard)     pending, scheduled in that second
+    ("jobs", "recount", Type) = (last JobId counted | None,)  the type is being counted (below)
+
+Each value is an 8-byte little-endian two's complement counter changed by atomic adds,
+which never conflict; a transaction adds to one ``Shard`` of each (``shard``), so that no
+one key takes every worker's writes on FoundationDB.  Where the changes are made, one
+place per kind: a pending entry is counted by ``pending.enqueue`` and uncounted by
+``pending.remove`` and ``pending.take``; a running job by accept and ``rows.stop_running``;
+a finished (or failed) job by ``finish`` and uncounted by ``finished.leave``, whatever
+makes it leave (a re-add, resubmit, retry, removal, pruning).  Failed jobs are always in
+the finished index (``finished.py``), which says which kind a job leaves.
+
+*Due* jobs are pending jobs scheduled at or before now: ``asap``, the minutes before this
+one, and the seconds of this minute before this second (a job scheduled within the
+current second counts as due from the next one).  Seconds older than ``SECONDS_KEPT`` are
+never read and are cleared by the activity monitor (:func:`prune`), with the past minutes
+whose counts add up to nothing.
+
+A store of an earlier layout had jobs and no counts: the upgrade to layout 5 records every
+type with jobs in ``recount``, and the activity monitor counts its rows in id order
+(``recount.py``), writing how far it got; a change to a job counts only once the count
+has passed the job (``counted``: a conflicting read of the position, so that the two
+serialise), and status counts such a type's ranges until it is done.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import weakref
+from dataclasses import dataclass, field
+
+from . import keys
+from .codec import pack_int
+from .engine import value_of
+from .engine import tuple as fdb_tuple
+from .layouts import remembered
+
+SHARDS = 8
+SECONDS_KEPT = 600.0  # seconds buckets read only within the current minute; kept 10 minutes
+STATES = ("running", "finished", "failed")
+PRUNE_PAGE = 10_000  # minute buckets looked at per prune
+_ONE, _MINUS_ONE = (1).to_bytes(8, "little"), (-1).to_bytes(8, "little", signed=True)
+
+# database -> the types it knows to be counted (checked no more): valid while the database
+# is in ``keys.LAYOUT.checked`` (a test that plays a store's reopening clears that).
+_counted: "weakref.WeakKeyDictionary[object, set]" = weakref.WeakKeyDictionary()
+
+
+def shard(tr) -> int:
+    """The one shard of every counter ``tr`` adds to: spread by process and transaction."""
+    return (os.getpid() + (id(tr) >> 4)) % SHARDS
+
+
+def _delta(n: int) -> bytes:
+    return _ONE if n == 1 else _MINUS_ONE if n == -1 else n.to_bytes(8, "little", signed=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _prefix(type: str, *name) -> bytes:
+    return keys.COUNTS.pack((type, *name))
+
+
+def counted(tr, type: str, job_id: str) -> bool:
+    """Whether the changes ``tr`` makes to the job are counted: always, unless the type's
+    jobs are being counted (``recount.py``) and the count has not reached this one yet."""
+    db = remembered(tr)
+    if db is not None:
+        if db in keys.LAYOUT.checked:
+            if type in _counted.get(db, ()):
+                return True
+        else:
+            _counted.pop(db, None)
+    keys.upgrade_layout(tr)  # (an upgrade from layout 4 records the types to count here)
+    raw = value_of(tr.get(keys.recount_key(type)))
+    if raw is None:
+        if db is not None:
+            _counted.setdefault(db, set()).add(type)
+        return True
+    last = fdb_tuple.unpack(raw)[0]
+    return last is not None and job_id <= last
+
+
+# --- writers ---------------------------------------------------------------------------
+
+
+def add_queued(tr, type: str, band: int | None, stime: float, n: int) -> None:
+    s, d = pack_int(shard(tr)), _delta(n)
+    band = 0 if band is None else band  # a legacy entry is band 0's
+    if not stime:
+        tr.add(_prefix(type, "asap", band) + s, d)
+        return
+    second = int(stime)
+    tr.add(_prefix(type, "at", second // 60, band) + s, d)
+    tr.add(_prefix(type, "sec", second, band) + s, d)
+
+
+def queued(tr, type: str, band: int | None, stime: float, job_id: str, n: int) -> None:
+    """A pending entry of band ``band`` at ``stime`` came (n=1) or went (n=-1)."""
+    if counted(tr, type, job_id):
+        add_queued(tr, type, band, stime, n)
+
+
+def taken(tr, picked: list[bytes]) -> None:
+    """The pending entries ``picked`` (keys of any queue) were taken."""
+    for key in picked:
+        type, band, stime, job_id = keys.queue_entry(key)
+        queued(tr, type, band, stime, job_id, -1)
+
+
+def changed(tr, type: str, job_id: str, state: str, n: int) -> None:
+    """The job came into (n=1) or left (n=-1) ``state``: running, finished or failed."""
+    if counted(tr, type, job_id):
+        add_state(tr, type, state, n)
+
+
+def add_state(tr, type: str, state: str, n: int) -> None:
+    tr.add(_prefix(type, state) + pack_int(shard(tr)), _delta(n))
+
+
+# --- readers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A type's jobs by state; ``bands``: priority -> (pending, due, due as soon as possible)."""
+
+    running: int = 0
+    finished: int = 0
+    failed: int = 0
+    bands: dict = field(default_factory=dict)
+
+    @property
+    def pending(self) -> int:
+        return sum(p for p, _d, _a in self.bands.values())
+
+
+def read(tr, type: str, now: float) -> Counts | None:
+    """The type's counts now (snapshot reads), or None while they are not known: the type
+    is being counted, or the store is of an earlier layout (not upgraded yet)."""
+    stored = keys.LAYOUT.check(tr)
+    if stored is None or stored < 5 or tr.snapshot.get(keys.recount_key(type)).wait().present():
+        return None
+    states = dict.fromkeys(STATES, 0)
+    pending, due, asap = {}, {}, {}
+
+    def bump(table, band, n):
+        table[band] = table.get(band, 0) + n
+
+    this_minute = int(now // 60)
+    for key, value in tr.snapshot.get_range(_prefix(type), _prefix(type, "sec")):
+        name, *rest = keys.COUNTS.unpack(key)[1:]
+        n = int.from_bytes(value, "little", signed=True)
+        if name in states:
+            states[name] += n
+        elif name == "asap":
+            for table in (pending, due, asap):
+                bump(table, rest[0], n)
+        elif name == "at":
+            bump(pending, rest[1], n)
+            if rest[0] < this_minute:
+                bump(due, rest[1], n)
+    begin, end = _prefix(type, "sec", this_minute * 60), _prefix(type, "sec", math.floor(now))
+    for key, value in tr.snapshot.get_range(begin, end):
+        bump(due, keys.COUNTS.unpack(key)[3], int.from_bytes(value, "little", signed=True))
+    bands = {b: (n, due.get(b, 0), asap.get(b, 0)) for b, n in sorted(pending.items()) if n}
+    return Counts(states["running"], states["finished"], states["failed"], bands)
+
+
+# --- upkeep (the activity monitor's) ---------------------------------------------------------
+
+
+def prune(tr, type: str, now: float) -> int:
+    """Clear the type's seconds older than SECONDS_KEPT and up to PRUNE_PAGE keys' worth of
+    minutes before the last one whose counts add up to nothing (conflicting reads of those:
+    an add meanwhile makes this retry).  Writes nothing when there is nothing to clear, so
+    an attempt retried after its commit happened ends read-only.  Returns keys cleared."""
+    old = _prefix(type, "sec"), _prefix(type, "sec", int(now - SECONDS_KEPT))
+    cleared = 0
+    if any(True for _ in tr.snapshot.get_range(*old, limit=1)):
+        tr.clear_range(*old)
+        cleared += 1
+    begin, end = _prefix(type, "at"), _prefix(type, "at", int(now // 60) - 1)
+    groups: dict[tuple, list] = {}
+    for key, value in tr.snapshot.get_range(begin, end, limit=PRUNE_PAGE):
+        minute, band = keys.COUNTS.unpack(key)[2:4]
+        groups.setdefault((minute, band), []).append((bytes(key), int.from_bytes(value, "little", signed=True)))
+    for entries in groups.values():
+        if sum(n for _key, n in entries) == 0:
+            for key, _n in entries:
+                tr.add_read_conflict_key(key)
+                tr.clear(key)
+                cleared += 1
+    return cleared
