@@ -76,22 +76,8 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
             if kind == "clear_range":
                 conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
                 span = (m[1], m[2])
-            elif m[1] == "add" and m[2] in summed:  # summed with the key's other adds
-                summed[m[2]][0] += int.from_bytes(m[3], "little")
-                span = (m[2], m[2] + b"\x00")
-            elif m[1] in KEEPS_A_VALUE:  # atomic, one statement
-                _op, op, key, param = m
-                conn.execute(_UPSERT_ATOMIC, (key, op, param, op, param))
-                span = (key, key + b"\x00")
-            else:  # atomic
-                _op, op, key, param = m
-                row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-                value = ATOMIC_OPS[op](row[0] if row else None, param)
-                if value is None:
-                    conn.execute(_DELETE, (key,))
-                else:
-                    conn.execute(_PUT, (key, value))
-                span = (key, key + b"\x00")
+            else:
+                span = _apply_atomic(conn, m, summed)
         if not skip or i not in skip:
             written.append(span)
     flush()
@@ -99,6 +85,24 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
         param = (total % (1 << (8 * n))).to_bytes(n, "little")
         conn.execute(_UPSERT_ATOMIC, (key, "add", param, "add", param))
     return written
+
+
+def _apply_atomic(conn, m: tuple, summed: dict) -> tuple[bytes, bytes]:
+    """One atomic operation ``("atomic", op, key, param)``: added to the key's sum when its
+    adds are summed, one UPSERT when it always leaves a value, else read and written."""
+    _atomic, op, key, param = m
+    if op == "add" and key in summed:  # summed with the key's other adds
+        summed[key][0] += int.from_bytes(param, "little")
+    elif op in KEEPS_A_VALUE:
+        conn.execute(_UPSERT_ATOMIC, (key, op, param, op, param))
+    else:
+        row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        value = ATOMIC_OPS[op](row[0] if row else None, param)
+        if value is None:
+            conn.execute(_DELETE, (key,))
+        else:
+            conn.execute(_PUT, (key, value))
+    return key, key + b"\x00"
 
 
 def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
