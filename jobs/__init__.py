@@ -20,6 +20,8 @@ from .api import (
     accept,
     accept_many,
     add,
+    add_many,
+    NewJob,
     clear_type_timeout,
     finish,
     get_active_jobs_ids,
@@ -90,6 +92,8 @@ __all__ = [
     "release",
     "is_held",
     "accept_many",
+    "add_many",
+    "NewJob",
     # retention (issue 14)
     "set_retention",
     "get_retention",

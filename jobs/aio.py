@@ -32,6 +32,7 @@ __all__ = [
     "accept",
     "accept_many",
     "add",
+    "add_many",
     "clear_limits",
     "clear_retention",
     "clear_type_timeout",
@@ -93,6 +94,7 @@ get_type_timeout = _twin(api.get_type_timeout)
 clear_type_timeout = _twin(api.clear_type_timeout)
 get_types = _twin(api.get_types)
 add = _twin(api.add)
+add_many = _twin(api.add_many)
 remove = _twin(api.remove)
 get_job_data = _twin(api.get_job_data)
 get_job_state = _twin(api.get_job_state)

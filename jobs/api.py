@@ -34,7 +34,7 @@ committed; every write path gives the right answer when that happens:
 
 from __future__ import annotations
 
-from .creator import add, remove
+from .creator import NewJob, add, add_many, remove
 from .job import Job, JobInfo
 from .pausing import is_paused, pause, resume
 from .reading import (
@@ -55,6 +55,8 @@ __all__ = [
     "accept",
     "accept_many",
     "add",
+    "add_many",
+    "NewJob",
     "clear_type_timeout",
     "finish",
     "get_active_jobs_ids",

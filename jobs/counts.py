@@ -92,21 +92,37 @@ def counted(tr, type: str, job_id: str) -> bool:
 # --- writers ---------------------------------------------------------------------------
 
 
-def add_queued(tr, type: str, band: int | None, stime: float, n: int) -> None:
-    s, d = pack_int(shard(tr)), _delta(n)
+def _buckets(type: str, band: int | None, stime: float) -> tuple[bytes, ...]:
+    """The counters' prefixes (less the shard) of a pending entry of ``band`` at ``stime``."""
     band = 0 if band is None else band  # a legacy entry is band 0's
     if not stime:
-        tr.add(_prefix(type, "asap", band) + s, d)
-        return
+        return (_prefix(type, "asap", band),)
     second = int(stime)
-    tr.add(_prefix(type, "at", second // 60, band) + s, d)
-    tr.add(_prefix(type, "sec", second, band) + s, d)
+    return _prefix(type, "at", second // 60, band), _prefix(type, "sec", second, band)
+
+
+def add_queued(tr, type: str, band: int | None, stime: float, n: int) -> None:
+    s, d = pack_int(shard(tr)), _delta(n)
+    for prefix in _buckets(type, band, stime):
+        tr.add(prefix + s, d)
 
 
 def queued(tr, type: str, band: int | None, stime: float, job_id: str, n: int) -> None:
     """A pending entry of band ``band`` at ``stime`` came (n=1) or went (n=-1)."""
     if counted(tr, type, job_id):
         add_queued(tr, type, band, stime, n)
+
+
+def queued_many(tr, type: str, entries: list[tuple[int, float, str]]) -> None:
+    """``queued(..., 1)`` for each ``(band, stime, job_id)``: one add per counter."""
+    tally: dict[bytes, int] = {}
+    for band, stime, job_id in entries:
+        if counted(tr, type, job_id):
+            for prefix in _buckets(type, band, stime):
+                tally[prefix] = tally.get(prefix, 0) + 1
+    s = pack_int(shard(tr))
+    for prefix, n in tally.items():
+        tr.add(prefix + s, _delta(n))
 
 
 def taken(tr, picked: list[bytes]) -> None:

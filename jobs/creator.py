@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import NamedTuple
 
 from . import checks, finished as finished_index, keys, pending, rows
 from .calls import not_found, within_store
 from .codec import encode_data
-from .engine.transactional import LastAttempt
-from .errors import NoTypeTimeout
+from .engine import value_of
+from .engine.transactional import LastAttempt, is_database
+from .errors import JobDataError, NoTypeTimeout
 
 
 def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0,
@@ -35,33 +38,112 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     is not an int of 64 bits (a bool neither), or ``key`` is not a str without control
     characters."""
     checks.name(type, "type", new=True)
+    job = _checked(type, job_id, data, scheduled_time, priority, key)
+
+    def body(tr):
+        _require_timeout(tr, type)
+        _add_row(tr, type, job, rows.get(tr, type, job_id))
+
+    within_store(tr, body)
+
+
+class NewJob(NamedTuple):
+    """One job for :func:`add_many`: what :func:`add` takes after the type."""
+
+    id: str
+    data: dict | None = None
+    scheduled_time: float = 0
+    priority: int = 0
+    key: str | None = None
+
+
+class _Checked(NamedTuple):
+    id: str
+    stime: float
+    priority: int
+    key: str | None
+    raw: bytes
+
+
+def _checked(type: str, job_id, data, scheduled_time, priority, key) -> _Checked:
+    """The job's arguments checked and normalised (before anything is read or written)."""
     checks.name(job_id, "job id", new=True)
     if key is not None:
         checks.name(key, "key", new=True)
     checks.key_sizes(type, job_id, key)
-    stime = checks.scheduled_time(scheduled_time)
-    priority = checks.priority(priority)
-    raw = encode_data(data)
+    return _Checked(job_id, checks.scheduled_time(scheduled_time), checks.priority(priority), key,
+                    encode_data(data))
 
-    def body(tr):
-        if not tr.get(keys.timeout_key(type)).wait().present():
-            raise NoTypeTimeout(
-                f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first"
-            )
-        row = rows.get(tr, type, job_id)
-        state = None if row is None else row.state
-        if state == "pending" and (row.stime, row.priority, row.key) == (stime, priority, key):
-            return
-        if state == "running":
-            rows.put(tr, type, job_id, replace(row, stime=stime, priority=priority, key=key, resubmit=True))
-            return
-        if state == "pending":
-            pending.remove(tr, type, row.priority, row.stime, job_id, row.key)
-        elif state == "finished":
-            finished_index.leave(tr, type, job_id)
-        rows.make_pending(tr, type, job_id, stime, raw, priority=priority, key=key)
 
-    within_store(tr, body)
+def _require_timeout(tr, type: str) -> None:
+    if not tr.get(keys.timeout_key(type)).wait().present():
+        raise NoTypeTimeout(f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first")
+
+
+def _add_row(tr, type: str, job: _Checked, row) -> None:
+    """``add``'s rules for the job whose row (just read) is ``row`` (None: a new job)."""
+    job_id, stime, priority, key, raw = job
+    state = None if row is None else row.state
+    if state == "pending" and (row.stime, row.priority, row.key) == (stime, priority, key):
+        return
+    if state == "running":
+        rows.put(tr, type, job_id, replace(row, stime=stime, priority=priority, key=key, resubmit=True))
+        return
+    if state == "pending":
+        pending.remove(tr, type, row.priority, row.stime, job_id, row.key)
+    elif state == "finished":
+        finished_index.leave(tr, type, job_id)
+    rows.make_pending(tr, type, job_id, stime, raw, priority=priority, key=key)
+
+
+BULK_CHUNK = 1_000  # jobs per transaction when add_many is given a database
+
+
+def add_many(tr, type: str, jobs: Iterable) -> None:
+    """Add many jobs of ``type``, each as ``add(tr, type, ...)`` would (the same rules for
+    jobs that exist, the same checks), with one read per job and one write per counter
+    for all.  ``jobs``: :class:`NewJob` items, tuples of its fields, or ids alone.  Every
+    job is checked before anything is written: a bad one raises ValueError (or JobDataError)
+    naming its place, and so does an id given twice.  Given a transaction: in it, all or
+    nothing.  Given a database: ``BULK_CHUNK`` jobs per transaction, in order, each retried
+    as ``add`` is (a chunk whose commit happened writes nothing more when retried)."""
+    checks.name(type, "type", new=True)
+    batch, seen = [], set()
+    for i, item in enumerate(jobs):
+        try:
+            job = _checked(type, *NewJob(*((item,) if isinstance(item, str) else tuple(item))))
+        except (TypeError, ValueError, JobDataError) as exc:  # the same error, saying which job
+            kind = checks.ArgumentTypeError if type_error(exc) else exc.__class__
+            raise kind(f"jobs[{i}]: {exc}") from exc
+        if job.id in seen:
+            raise ValueError(f"jobs[{i}]: job id {job.id!r} is given twice")
+        seen.add(job.id)
+        batch.append(job)
+    if not is_database(tr):
+        within_store(tr, lambda tr: _add_batch(tr, type, batch))
+        return
+    for start in range(0, len(batch), BULK_CHUNK):
+        within_store(tr, lambda tr, chunk=batch[start:start + BULK_CHUNK]: _add_batch(tr, type, chunk))
+
+
+def type_error(exc: Exception) -> bool:
+    """A plain TypeError (a wrong number of fields, an item that is no tuple): the API
+    raises an ArgumentTypeError, a ValueError too, for every bad argument."""
+    return isinstance(exc, TypeError) and not isinstance(exc, ValueError)
+
+
+def _add_batch(tr, type: str, batch: list[_Checked]) -> None:
+    _require_timeout(tr, type)
+    futures = [tr.get(keys.data_key(type, job.id)) for job in batch]  # (read in parallel)
+    new = []
+    for job, future in zip(batch, futures):
+        row = rows.decode(value_of(future), type, job.id)
+        if row is None and job.key is None:
+            new.append((job.id, job.stime, job.priority, job.raw))
+        else:
+            _add_row(tr, type, job, row)
+    if new:
+        rows.make_pending_many(tr, type, new)
 
 
 def remove(tr, type: str, job_id: str) -> None:

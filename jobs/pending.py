@@ -42,15 +42,25 @@ def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | 
     key's queue (``key``; ``fairness.enqueue`` also brings the key into the rotation)."""
     # A key only layout 3 can read: the store's layout says 3 first (no read once known).
     keys.upgrade_layout(tr)
-    # The value: when the job was enqueued (wall clock of the enqueuing machine, for people:
-    # ``jobs status`` shows how long due jobs have waited; nothing decides on it).
-    queued = _QUEUED_AT.pack(time.time())
+    put_entry(tr, type, priority, stime, job_id, key, queued_now())
+    counts.queued(tr, type, priority, stime, job_id, 1)
+    wake(tr, type)
+
+
+def queued_now() -> bytes:
+    """A pending entry's value: when the job was enqueued (wall clock of the enqueuing
+    machine, for people: ``jobs status`` shows how long due jobs have waited; nothing
+    decides on it)."""
+    return _QUEUED_AT.pack(time.time())
+
+
+def put_entry(tr, type: str, priority: int, stime: float, job_id: str, key: str | None, queued: bytes) -> None:
+    """The job's pending entry alone (:func:`enqueue` without the layout, counts and wake:
+    for callers that do those once for many jobs)."""
     if key is None:
         tr.set(keys.pending_key(type, priority, stime, job_id), queued)
     else:
         tr.set(keys.keyed_pending_key(type, key, priority, stime, job_id), queued)
-    counts.queued(tr, type, priority, stime, job_id, 1)
-    wake(tr, type)
 
 
 def wake(tr, type: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from . import counts, fairness, keys, limits
+from . import counts, fairness, keys, limits, pending
 from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
@@ -64,6 +64,20 @@ def put_running(tr, type: str, job_id: str, row: Row) -> None:
     seq = _new_seq(tr)
     tr.set_versionstamped_value(keys.data_key(type, job_id), encode_stamped_row(row, seq))
     tr.set_versionstamped_key(keys.stamped_activity_key(type, seq), job_id.encode())
+    bump_activity(tr, type)
+
+
+def make_pending_many(tr, type: str, new: list[tuple[str, float, int, bytes]]) -> None:
+    """Make new unkeyed jobs ``(id, stime, priority, raw data)`` pending, as
+    :func:`make_pending` does each, with the layout, counts, wake and activity stamp
+    written once for all."""
+    keys.upgrade_layout(tr)
+    queued = pending.queued_now()
+    for job_id, stime, priority, raw in new:
+        tr.set(keys.data_key(type, job_id), encode_row(Row(None, None, stime, False, raw, priority=priority)))
+        pending.put_entry(tr, type, priority, stime, job_id, None, queued)
+    counts.queued_many(tr, type, [(priority, stime, job_id) for job_id, stime, priority, _raw in new])
+    pending.wake(tr, type)
     bump_activity(tr, type)
 
 
