@@ -81,10 +81,25 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
         if not skip or i not in skip:
             written.append(span)
     flush()
-    for key, (total, n) in summed.items():
-        param = (total % (1 << (8 * n))).to_bytes(n, "little")
-        conn.execute(_UPSERT_ATOMIC, (key, "add", param, "add", param))
+    if summed:
+        _apply_sums(conn, summed)
     return written
+
+
+_IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
+
+
+def _apply_sums(conn, summed: dict[bytes, list]) -> None:
+    """Apply the summed adds: the keys' values read in one statement per _IN_CHUNK keys and
+    written in one ``executemany`` (instead of a statement per key, each calling back into
+    Python for the arithmetic)."""
+    keys = list(summed)
+    found: dict[bytes, bytes] = {}
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start:start + _IN_CHUNK]
+        found.update(conn.execute(f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(chunk))})", chunk))
+    conn.executemany(_PUT, [(key, ATOMIC_OPS["add"](found.get(key), (total % (1 << (8 * n))).to_bytes(n, "little")))
+                            for key, (total, n) in summed.items()])
 
 
 def _apply_atomic(conn, m: tuple, summed: dict) -> tuple[bytes, bytes]:
@@ -106,9 +121,9 @@ def _apply_atomic(conn, m: tuple, summed: dict) -> tuple[bytes, bytes]:
 
 
 def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
-    """The keys whose only mutations in ``log`` are two or more atomic adds with one
-    parameter length: adds commute, so their sum is applied once (a group commit adds to
-    the same counters once per job).  key -> [0, length]."""
+    """The keys whose only mutations in ``log`` are atomic adds with one parameter length:
+    adds commute, so their sum is applied once (a group commit adds to the same counters
+    once per job), all such keys together (:func:`_apply_sums`).  key -> [0, length]."""
     adds: dict[bytes, list] = {}
     other: set[bytes] = set()
     ranges = []
@@ -124,7 +139,7 @@ def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
         else:
             other.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[1] if kind != "atomic" else m[2])
     return {key: [0, n] for key, (_sum, n, count) in adds.items()
-            if count > 1 and key not in other and not any(b <= key < e for b, e in ranges)}
+            if key not in other and not any(b <= key < e for b, e in ranges)}
 
 
 def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict: set, extra_writes) -> tuple[int, bytes]:
