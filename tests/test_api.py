@@ -40,6 +40,7 @@ PINNED = {
 EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError",
          "set_retention", "get_retention", "clear_retention", "prune", "Retention"}
 EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls (issue 14)
+EXTRA |= {"add_many", "NewJob"}  # bulk add (issue 17)
 
 
 def test_exported_names():
