@@ -19,11 +19,10 @@ from __future__ import annotations
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass
 
 from . import checks, counts, fairness, keys, limits, pausing, pending, rates, rows, store_ids
-from .codec import Row, decode_data
+from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
 from .engine.transactional import is_database, run
@@ -79,7 +78,7 @@ class AcceptCall:
             raise ValueError("no_schedule=True only takes jobs scheduled at 0: drop max_sched_time")
         timeout = checks.optional_seconds(timeout, "timeout")
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.lock = uuid.uuid4().bytes
+        self.lock = new_lock()
         self._picked: list[str] = []  # ids this call locked in attempts that may have committed
 
     # --- one attempt ---------------------------------------------------------------------
@@ -89,7 +88,11 @@ class AcceptCall:
         due, or the type paused); or None: attempt again at once (a stale queue entry was
         dropped, or nothing was taken in an attempt that wrote ``also``, where no watch is
         set).  ``also(tr)``, if given, writes the caller's own changes in the same
-        transaction (committed in every case; e.g. a worker's finished jobs)."""
+        transaction (committed in every case; e.g. a worker's finished jobs).  A new lock
+        when no attempt may have locked a job with the old one (none picked yet): the lock
+        says when its jobs started (``codec.new_lock``), not when the call began."""
+        if not self._picked:
+            self.lock = new_lock()
         return run(self.db, self._body, also)
 
     def _body(self, tr, also=None):

@@ -44,6 +44,7 @@ from .reading import (
     get_job_state,
     get_jobs,
     get_run_info,
+    get_times,
     pending_count,
 )
 from .type_timeouts import clear_type_timeout, get_type_timeout, get_types, set_type_timeout
@@ -65,6 +66,7 @@ __all__ = [
     "get_job_state",
     "get_jobs",
     "get_run_info",
+    "get_times",
     "get_type_timeout",
     "get_types",
     "is_held",

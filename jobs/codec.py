@@ -6,7 +6,10 @@ couch_jobs' five fields plus four:
 * ``Seq``: None while pending; the versionstamp of the job's last activity while running,
   kept when it finishes.  State: Lock set -> running; else Seq None -> pending; else
   finished.
-* ``Lock``: 16 random bytes drawn by the ``accept`` that holds the job, else None.
+* ``Lock``: 16 bytes drawn by the ``accept`` that holds the job, else None: when it was
+  drawn (the accepting machine's clock, in microseconds, 8 bytes big-endian), a marker
+  byte and 7 random bytes (:func:`new_lock`), so that a job's start shows without a field
+  of its own; locks of earlier releases are 16 random bytes (no time: :func:`lock_time`).
 * ``STime``: scheduled time, float seconds since the epoch (0: as soon as possible).
 * ``Resubmit``: run the job again when it finishes.
 * ``Data``: the job's JSON object, encoded with orjson.
@@ -35,7 +38,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import struct
+import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -318,3 +323,24 @@ def read_json(tr, key: bytes, default=None):
     how the layers above read their JSON records (operations, CTAS, indexes)."""
     raw = value_of(tr.get(key))
     return default if raw is None else orjson.loads(raw)
+
+
+_LOCK_MARK = b"\x5a"
+_EPOCH_2020_US = 1_577_836_800_000_000
+
+
+def new_lock() -> bytes:
+    """A lock: now (µs, big-endian), ``_LOCK_MARK``, 7 random bytes (unique enough: two
+    accepts in one microsecond share a lock with a chance of 2**-56)."""
+    return time.time_ns().__floordiv__(1000).to_bytes(8, "big") + _LOCK_MARK + os.urandom(7)
+
+
+def lock_time(lock: bytes | None) -> float | None:
+    """When the accept that drew ``lock`` drew it (seconds since the epoch), or None: no
+    lock, or a random one of an earlier release (rarely mistaken: its marker byte and a time
+    after 2020 and before tomorrow would both have to match by chance)."""
+    if lock is None or len(lock) != 16 or lock[8:9] != _LOCK_MARK:
+        return None
+    us = int.from_bytes(lock[:8], "big")
+    return us / 1e6 if _EPOCH_2020_US <= us <= (time.time() + 86_400) * 1e6 else None
+

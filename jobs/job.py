@@ -51,3 +51,18 @@ class RunInfo(NamedTuple):
     worker: str | None
     lost: Lost | None
     failed: tuple[float, str | None] | None
+
+
+class JobTimes(NamedTuple):
+    """When things happened to a job (``get_times``), seconds since the epoch, None when
+    not known: ``enqueued``, when its pending entry was written (pending jobs; the
+    enqueuer's clock); ``started``, when the accept of its current run (running) or last
+    run (finished) drew its lock (the accepting machine's clock); ``last_activity``, its
+    last accept or update (running jobs; from its versionstamp's age, approximate);
+    ``finished``, when it finished (failed jobs, and any finished job of a type with a
+    retention: the finished index; the finisher's clock)."""
+
+    enqueued: float | None
+    started: float | None
+    last_activity: float | None
+    finished: float | None

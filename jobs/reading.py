@@ -3,10 +3,14 @@ count.  Nothing here writes."""
 
 from __future__ import annotations
 
-from . import checks, failed as failed_index, pending, rows
+import time
+
+from . import checks, failed as failed_index, finished as finished_index, keys, pending, rows
 from .calls import not_found, within_store
-from .codec import Row, decode_data
-from .job import JobInfo, RunInfo
+from .codec import Row, decode_data, lock_time
+from .engine import value_of
+from .job import JobInfo, JobTimes, RunInfo
+from .stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
 
 
 def _row_or_not_found(tr, type: str, job_id: str) -> Row:
@@ -52,6 +56,44 @@ def get_run_info(tr, type: str, job_id: str) -> RunInfo:
         return RunInfo(row.worker, row.lost, failed_index.get(tr, type, job_id))
 
     return within_store(tr, body)
+
+
+def get_times(tr, type: str, job_id: str) -> JobTimes:
+    """When the job was enqueued, started, last active and finished, as far as the store
+    knows (see :class:`JobTimes`), read in one snapshot.  Raises NotFound."""
+    checks.name(type, "type")
+    checks.name(job_id, "job id")
+
+    def body(tr):
+        row = _row_or_not_found(tr, type, job_id)
+        enqueued = last = None
+        if row.state == "pending":
+            enqueued = _enqueued(tr, type, job_id, row)
+        elif row.state == "running" and row.seq is not None:
+            version = int.from_bytes(row.seq.tr_version[:8], "big")
+            if versions_are_time(getattr(tr, "db", tr))(version):
+                last = time.time() - (tr.get_read_version().wait() - version) / FDB_VERSIONS_PER_SECOND
+        entry = finished_index.entry_of(tr, type, job_id) if row.state == "finished" else None
+        started = lock_time(row.lock if row.state == "running" else row.last_lock)
+        return JobTimes(enqueued, None if row.state == "pending" else started, last,
+                        None if entry is None else entry[1])
+
+    return within_store(tr, body)
+
+
+def _enqueued(tr, type: str, job_id: str, row: Row) -> float | None:
+    """When the pending job's entry was written (its band's, else its legacy entry's)."""
+    if row.key is not None:
+        candidates = [keys.keyed_pending_key(type, row.key, row.priority, row.stime, job_id)]
+    else:
+        candidates = [keys.pending_key(type, row.priority, row.stime, job_id)]
+        if row.priority == 0:
+            candidates.append(keys.legacy_pending_key(type, row.stime, job_id))
+    for key in candidates:
+        raw = value_of(tr.snapshot.get(key))
+        if raw is not None:
+            return pending.queued_at(raw)
+    return None
 
 
 def get_jobs(tr, type: str | None = None) -> list[JobInfo]:

@@ -40,12 +40,12 @@ from typing import NamedTuple
 from . import activity, counts as counts_mod, finished as finished_index, keys, limits as limits_mod, pausing, pending
 from . import rates, schedules as schedules_mod, status_ranges as ranges_mod, type_timeouts, workers as workers_mod
 from .rates import Rates
+from .stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
 from .limits import Limits
 from .retention import KEEP_FOREVER, Retention, get_retention
 from .engine import value_of
 from .engine.transactional import run
 
-FDB_VERSIONS_PER_SECOND = 1_000_000  # FoundationDB's nominal version rate
 
 
 @dataclass(frozen=True)
@@ -133,18 +133,6 @@ class Status:
     types: list[TypeStatus]
     schedules: list[schedules_mod.Schedule] = field(default_factory=list)  # cron schedules, by type
     workers: list[workers_mod.Worker] = field(default_factory=list)  # live workers, by types
-
-
-TIMED_VERSIONS = 10**15  # embedded versions from here on measure time (10**15 µs: September 2001)
-
-
-def versions_are_time(db):
-    """For a version of ``db``, whether it measures time: always on FoundationDB; on the
-    embedded engine (recognised by ``commit_version``, which the fault injecting wrapper
-    forwards) once it is a clock's, not a commit counter's of an earlier release."""
-    if not hasattr(db, "commit_version"):
-        return lambda version: True
-    return lambda version: version >= TIMED_VERSIONS
 
 
 def gather(db, limit: int = 10, now: float | None = None, exact: bool = False) -> Status:

@@ -7,11 +7,10 @@ import contextlib
 
 import jobs
 from jobs import pending, schedules, status as status_mod
-from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction
 
 from .arguments import data_object
-from .views import job_doc, run_doc
+from monitor.documents import job_doc, job_document
 
 @contextlib.contextmanager
 def open_store(args, create: bool = True):
@@ -49,14 +48,9 @@ def cmd_remove(args):
     return {"removed": {"type": args.type, "id": args.id}}
 
 
-@jobs.transactional
-def job_and_run(tr, type, job_id):
-    return {**job_doc(jobs.get_job(tr, type, job_id)), **run_doc(get_run_info(tr, type, job_id))}
-
-
 def cmd_show(args):
     with open_store(args, create=False) as db:
-        return job_and_run(db, args.type, args.id)
+        return job_document(db, args.type, args.id)
 
 
 def cmd_list(args):

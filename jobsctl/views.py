@@ -9,10 +9,8 @@ from datetime import datetime
 
 import orjson
 
-import jobs
 from jobs import checks
 from jobs import status as status_mod
-from jobs.job import RunInfo
 
 def printable(text: str) -> str:
     """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name an older
@@ -66,25 +64,6 @@ def ago(a: status_mod.Activity | None) -> str:
     return f"{a.behind} commits ago" if a.age is None else f"~{duration(a.age)} ago"
 
 
-def job_doc(info: jobs.JobInfo) -> dict:
-    """A job's keys; ``priority`` only when it is not the default 0, ``key`` only when the
-    job has one (as couch_jobs shows a job)."""
-    doc = info._asdict()
-    if not doc["priority"]:
-        del doc["priority"]
-    if doc["key"] is None:
-        del doc["key"]
-    return doc
-
-
-def run_doc(run: RunInfo) -> dict:
-    """``jobs show``'s extra keys, those known: the last worker, the lost workers, the
-    failure (a job never accepted has none)."""
-    lost = None if run.lost is None else run.lost._asdict()
-    failed = None if run.failed is None else dict(zip(("at", "reason"), run.failed))
-    return {k: v for k, v in (("worker", run.worker), ("lost", lost), ("failed", failed)) if v is not None}
-
-
 def human_job(doc: dict) -> str:
     now = time.time()
     head = [["type", printable(doc["type"])], ["id", printable(doc["id"])], ["state", doc["state"]],
@@ -101,9 +80,10 @@ def indented(data) -> str:
 
 
 def human_run(doc: dict, now: float) -> list[list[str]]:
-    """``jobs show``'s lines on the run: worker, lost workers, failure, attempts, last error
-    (with its traceback as text: in the data it is one escaped string)."""
-    lines = []
+    """``jobs show``'s lines on the run: when it was enqueued, started, last active and
+    finished (as far as known), worker, lost workers, failure, attempts, last error (with
+    its traceback as text: in the data it is one escaped string)."""
+    lines = [[name.replace("_", " "), when(at, now)] for name, at in doc.get("times", {}).items()]
     if doc.get("worker"):
         lines.append(["worker", printable(doc["worker"])])
     if doc.get("lost"):

@@ -29,6 +29,8 @@ import jobs
 from jobs.api import get_run_info
 from jobs.errors import JobsError
 
+from .documents import job_document
+
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
 
@@ -69,15 +71,8 @@ class JobActions:
         jobs.transactional(body)(self.db)
 
     def job(self, type: str, job_id: str) -> dict:
-        """The job as the dashboard shows it: its JobInfo's fields and its run."""
-
-        def body(tr):
-            info, run = jobs.get_job(tr, type, job_id), get_run_info(tr, type, job_id)
-            lost = None if run.lost is None else run.lost._asdict()
-            failed = None if run.failed is None else dict(zip(("at", "reason"), run.failed))
-            return {**info._asdict(), "worker": run.worker, "lost": lost, "failed": failed}
-
-        return jobs.transactional(body)(self.db)
+        """The job as the dashboard shows it (``documents.job_document``)."""
+        return job_document(self.db, type, job_id)
 
 
 Actions = JobActions  # the interface: a subclass overrides what it does differently

@@ -113,6 +113,7 @@ def test_add_and_show(capsys, url, db):
     assert fields == {"type": "t", "id": "a", "state": "pending", "scheduled": "asap"}
     assert '"path": "a.png"' in out
     doc = run_json(capsys, "--store", url, "show", "t", "a")
+    assert doc.pop("times")["enqueued"] == pytest.approx(time.time(), abs=60)  # a pending job's only time
     assert doc == {"type": "t", "id": "a", "state": "pending", "data": {"path": "a.png", "n": [1, 2]},
                    "scheduled_time": 0.0}
     # re-adding a pending job at another time replaces time and data (couch_jobs' rule)
@@ -459,7 +460,7 @@ def test_views_show_whatever_an_older_release_stored(capsys, url, db):
     assert "253402300800 (seconds since the epoch, not a date)" in out
     for job_id in ("far", "y10k", "a\nb\x1b[31m"):
         code, out, err = run(capsys, "--store", url, "show", "t", job_id)
-        assert code == 0 and len(out.splitlines()) == 5, err
+        assert code == 0 and len(out.splitlines()) == 6 and "enqueued" in out, err  # its entry's time
     assert run_json(capsys, "--store", url, "show", "t", "far")["scheduled_time"] == 1e30
     assert {d["id"] for d in run_json(capsys, "--store", url, "list")} == {"far", "y10k", "a\nb\x1b[31m", "w"}
     code, out, err = run(capsys, "--store", url, "status")
@@ -589,9 +590,9 @@ def test_script_add_and_show(tmp_path, url):
     done = _script("add", "t", "a", "--data", '{"x": 1}', "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert orjson.loads(done.stdout)["state"] == "pending"
-    shown = _script("--store", url, "--json", "show", "t", "a")
-    assert orjson.loads(shown.stdout) == {"type": "t", "id": "a", "state": "pending", "data": {"x": 1},
-                                          "scheduled_time": 0.0}
+    shown = orjson.loads(_script("--store", url, "--json", "show", "t", "a").stdout)
+    assert set(shown.pop("times")) == {"enqueued"}
+    assert shown == {"type": "t", "id": "a", "state": "pending", "data": {"x": 1}, "scheduled_time": 0.0}
     missing = _script("--store", url, "show", "t", "b")
     assert missing.returncode == 1 and missing.stderr == "jobs: error: job t/b not found\n"
 

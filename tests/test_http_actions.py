@@ -98,6 +98,7 @@ def test_cancel_a_running_job_and_drill_into_one(store, server):
     job = jobs.accept(store, T, timeout=0)
     status, _, doc = call(server, "GET", f"/api/jobs/{T}/{quote(job_id, safe='')}")
     assert status == 200 and doc["state"] == "running" and doc["data"] == {"x": 1} and doc["worker"]
+    assert set(doc["times"]) == {"started", "last_activity"}  # (wall clock, for the drill-in)
     assert call(server, "POST", f"/api/jobs/{T}/{quote(job_id, safe='')}/cancel")[0] == 200
     with pytest.raises(jobs.Halt):
         jobs.finish(store, job)
