@@ -42,6 +42,8 @@ class Rates:
     wait_p50: float | None = None
     wait_p99: float | None = None
     started: int = 0
+    # (the minute's start, started, finished, failed) for each minute with any, oldest first
+    minutes: tuple = ()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -81,17 +83,21 @@ def read(tr, type: str, now: float) -> Rates:
     """The last hour of ``type`` (a snapshot read)."""
     begin = keys.RATES.pack((type, int((now - KEEP) // 60) + 1))
     end = strinc(keys.RATES.pack((type,)))
-    totals = {"finished": 0, "failed": 0}
     waits: dict[int, int] = {}
+    per_minute: dict[int, list[int]] = {}  # minute -> [started, finished, failed]
+    columns = {"finished": 1, "failed": 2}
     for key, value in tr.snapshot.get_range(begin, end):
-        _type, _minute, kind, _shard = keys.RATES.unpack(key)
+        _type, minute, kind, _shard = keys.RATES.unpack(key)
         n = int.from_bytes(value, "little")
+        counts = per_minute.setdefault(minute, [0, 0, 0])
         if isinstance(kind, tuple):
             waits[kind[1]] = waits.get(kind[1], 0) + n
-        elif kind in totals:
-            totals[kind] += n
-    return Rates(totals["finished"], totals["failed"], _quantile(waits, 0.5), _quantile(waits, 0.99),
-                 sum(waits.values()))
+            counts[0] += n
+        elif kind in columns:
+            counts[columns[kind]] += n
+    minutes = tuple((m * 60.0, *c) for m, c in sorted(per_minute.items()))
+    return Rates(sum(m[2] for m in minutes), sum(m[3] for m in minutes), _quantile(waits, 0.5),
+                 _quantile(waits, 0.99), sum(waits.values()), minutes)
 
 
 def _quantile(histogram: dict[int, int], q: float) -> float | None:

@@ -12,7 +12,8 @@ import time
 from jobs import status
 
 TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "failed", "lost",
-                "last change", "last hour: started / finished / failed", "start wait p50 / p99", "actions"]
+                "last change", "last hour: started / finished / failed", "finished and failed per minute",
+                "start wait p50 / p99", "actions"]
 RUNNING_HEADERS = ["type", "id", "last activity", "actions"]
 FAILURE_HEADERS = ["type", "id", "failed at", "last error", "actions"]
 WORKER_HEADERS = ["host/pid", "types", "lanes", "jobs held", "started", "last heartbeat"]
@@ -28,6 +29,8 @@ td { font-variant-numeric: tabular-nums; }
 #note { color: #666; }
 button { margin-right: 0.3em; }
 #job { background: #f6f6f6; padding: 0.8em; white-space: pre-wrap; }
+svg.minutes { background: #fafafa; vertical-align: middle; }
+svg.minutes .finished { fill: #3a7; } svg.minutes .failed { fill: #c33; }
 </style></head>
 <body>
 <h1>jobs status</h1>
@@ -49,12 +52,32 @@ const wait = s => s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(1) + " s";
 const waits = h => h.wait_p50 === null ? "-" : wait(h.wait_p50) + " / " + wait(h.wait_p99);
 const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
 const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
+// The last hour per minute as bars (as _minutes_svg draws them): finished, failed on top.
+function minutes(rows, now) {
+  const ns = "http://www.w3.org/2000/svg", svg = document.createElementNS(ns, "svg");
+  const top = Math.max(1, ...rows.map(([, , f, x]) => f + x));
+  svg.setAttribute("class", "minutes"); svg.setAttribute("width", $width); svg.setAttribute("height", $height);
+  for (const [start, , finished, failed] of rows) {
+    const x = $width - $bar * (Math.floor(now / 60) - Math.floor(start / 60) + 1);
+    let y = $height;
+    for (const [n, kind] of [[finished, "finished"], [failed, "failed"]]) {
+      if (x < 0 || !n) continue;
+      const h = Math.max(1, Math.round(n / top * $height)), r = document.createElementNS(ns, "rect");
+      y -= h;
+      Object.entries({x, y, width: $bar - 1, height: h, class: kind}).forEach(([k, v]) => r.setAttribute(k, v));
+      r.append(Object.assign(document.createElementNS(ns, "title"), {textContent: n + " " + kind}));
+      svg.append(r);
+    }
+  }
+  return svg;
+}
 // A cell is text, or a list of [label, action, type, id] buttons (id: null for a type's).
 function fill(id, rows) {
   document.getElementById(id).replaceChildren(...rows.map(cells => {
     const tr = document.createElement("tr");
     for (const c of cells) {
       const td = tr.insertCell();
+      if (c instanceof Node) { td.append(c); continue; }
       if (!Array.isArray(c)) { td.textContent = c; continue; }
       for (const [label, action, type, job] of c) {
         const b = document.createElement("button");
@@ -104,7 +127,7 @@ async function refresh() {
     if (!r.ok) throw new Error(s.error);
     fill("types", s.types.map(t => [t.type + (t.paused ? " (paused)" : ""), secs(t.timeout), t.pending, t.due, secs(t.oldest_due_age),
                                     t.running, t.finished, t.failed, t.lost, ago(t.last_change),
-                                    hour(t.last_hour), waits(t.last_hour),
+                                    hour(t.last_hour), minutes(t.last_hour.minutes, s.now), waits(t.last_hour),
                                     [t.paused ? ["resume", "resume", t.type, null] : ["pause", "pause", t.type, null]]]));
     fill("running", s.types.flatMap(t => t.running_jobs.map(j => [t.type, j.id, ago(j.last_activity),
                                     [["show", "show", t.type, j.id], ["cancel", "cancel", t.type, j.id]]])));
@@ -151,20 +174,51 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
+class _Markup(str):
+    """A cell that is HTML already (made here from numbers), not text to escape."""
+
+
+def _cell(c) -> str:
+    return c if isinstance(c, _Markup) else html.escape(str(c))
+
+
 def _rows(rows: list[list]) -> str:
-    return "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
+
+
+BAR, WIDTH, HEIGHT = 2, 120, 24  # one bar of BAR pixels per minute: the last WIDTH / BAR minutes
+
+
+def _minutes_svg(minutes: tuple, now: float) -> _Markup:
+    """The last hour per minute as bars: finished, and failed on top (the script's
+    ``minutes`` draws the same)."""
+    top = max([1] + [f + x for _start, _s, f, x in minutes])
+    bars = []
+    for start, _started, finished, failed in minutes:
+        x = WIDTH - BAR * (int(now // 60) - int(start // 60) + 1)
+        y = HEIGHT
+        for n, kind in ((finished, "finished"), (failed, "failed")):
+            if x < 0 or not n:
+                continue
+            h = max(1, round(n / top * HEIGHT))
+            y -= h
+            bars.append(f'<rect x="{x}" y="{y}" width="{BAR - 1}" height="{h}" class="{kind}">'
+                        f"<title>{n} {kind}</title></rect>")
+    return _Markup(f'<svg class="minutes" width="{WIDTH}" height="{HEIGHT}">{"".join(bars)}</svg>')
 
 
 def dashboard_html(st: status.Status) -> str:
     """The dashboard with ``st`` in it, so that it shows the status without JavaScript
     (the script adds the actions' buttons)."""
     types = [[t.type + (" (paused)" if t.paused else ""), _seconds(t.timeout), t.pending, t.due, _seconds(t.oldest_due_age), t.running,
-              t.finished, t.failed, t.lost, _ago(t.last_change), _hour(t.last_hour), _waits(t.last_hour), ""]
+              t.finished, t.failed, t.lost, _ago(t.last_change), _hour(t.last_hour),
+              _minutes_svg(t.last_hour.minutes, st.now), _waits(t.last_hour), ""]
              for t in st.types]
     running = [[t.type, r.id, _ago(r.last_activity), ""] for t in st.types for r in t.running_jobs]
     recent = sorted(((f.at, t.type, f) for t in st.types for f in t.recent_failures), key=lambda e: -e[0])
     failures = [[type, f.id, _when(f.at), f.reason or "-", ""] for _at, type, f in recent]
     return PAGE.substitute(
+        width=WIDTH, height=HEIGHT, bar=BAR,
         note=html.escape("updated " + time.strftime("%H:%M:%S", time.localtime(st.now))),
         type_headers="".join(f"<th>{h}</th>" for h in TYPE_HEADERS),
         running_headers="".join(f"<th>{h}</th>" for h in RUNNING_HEADERS),

@@ -138,3 +138,15 @@ def test_show_a_jobs_details(page, store):
     row.locator("button[data-action=show]").click()
     page.wait_for_selector("#job:has-text('it broke')")
     assert '"id": "detail-1"' in page.inner_text("#job")
+    assert '"started"' in page.inner_text("#job") and '"finished"' in page.inner_text("#job")  # its times
+
+
+def test_the_last_hour_is_drawn_per_minute(page, store):
+    """Finished and failed jobs appear as bars in their type's row, redrawn by the page."""
+    fail_a_job(store, "bar-1")
+    jobs.add(store, T, "bar-2")
+    jobs.finish(store, jobs.accept(store, T, timeout=0))
+    row = page.locator("#types tr", has_text=T)
+    row.locator("svg.minutes rect.failed").wait_for()
+    row.locator("svg.minutes rect.finished").wait_for()
+    assert row.locator("svg.minutes rect.finished title").text_content() == "1 finished"
