@@ -33,6 +33,7 @@ serialise), and status counts such a type's ranges until it is done.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import weakref
@@ -55,9 +56,22 @@ _ONE, _MINUS_ONE = (1).to_bytes(8, "little"), (-1).to_bytes(8, "little", signed=
 _counted: "weakref.WeakKeyDictionary[object, set]" = weakref.WeakKeyDictionary()
 
 
+# transaction -> its shard (entries die with it); shards taken in turn by each process,
+# from a place that depends on the process, so that processes and transactions spread
+# (a transaction's address would not: CPython reuses it for the next one)
+_shards: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
+_turn = itertools.count(os.getpid())
+
+
 def shard(tr) -> int:
-    """The one shard of every counter ``tr`` adds to: spread by process and transaction."""
-    return (os.getpid() + (id(tr) >> 4)) % SHARDS
+    """The one shard of every counter ``tr`` adds to (``rates.py``'s too)."""
+    try:
+        found = _shards.get(tr)
+        if found is None:
+            found = _shards[tr] = next(_turn) % SHARDS
+        return found
+    except TypeError:  # not weak-referenceable: a shard per call
+        return next(_turn) % SHARDS
 
 
 def _delta(n: int) -> bytes:

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from dataclasses import dataclass
 
-from . import keys
+from . import counts, keys
 from .codec import pack_int
 from .engine import strinc
 
-SHARDS = 8
+SHARDS = counts.SHARDS  # (one shard per transaction: counts.shard)
 BASE = 1.25  # wait buckets: a quantile is known to within this factor
 KEEP = 3600.0  # seconds of history kept (and summed)
 _ONE = (1).to_bytes(8, "little")
@@ -55,7 +54,7 @@ def _key(tr, type: str, minute: int, kind) -> bytes:
     """The counter's key in one shard per transaction (a group commit's adds to a counter
     go to one key, which the embedded engine sums into one write), spread by process and
     transaction."""
-    return _prefix(type, minute, kind) + pack_int((os.getpid() + (id(tr) >> 4)) % SHARDS)
+    return _prefix(type, minute, kind) + pack_int(counts.shard(tr))
 
 
 def finished(tr, type: str, failed: bool) -> None:

@@ -202,6 +202,7 @@ def test_a_gather_reads_as_many_keys_at_ten_times_the_jobs(db, monkeypatch, keye
     """Linear would be 1,800 keys more; the same keys are read, but for a few more of the
     last hour's wait buckets (``rates.py``) that the second round's waits may fill."""
     monkeypatch.setattr(status_ranges, "SAMPLE", 20)
+    monkeypatch.setattr(counts, "SHARDS", 1)  # (which shards a round writes is not the point)
     jobs.set_type_timeout(db, T, 60)
     read = []
     for total in (200, 2000):
@@ -209,9 +210,20 @@ def test_a_gather_reads_as_many_keys_at_ten_times_the_jobs(db, monkeypatch, keye
             for i in range(start, total):
                 jobs.add(tr, T, f"j{i}", scheduled_time=0 if i % 2 else 5.0, key=f"k{i % 3}" if keyed else None)
         run(db, body)
-        for n in range(40):  # every shard of the counters written, more failures than listed
+        for n in range(40):  # more failures than listed
             jobs.finish(db, jobs.accept(db, T, timeout=0), failed=bool(n % 2))
         counting = _Counting(db)
         status.gather(counting)
         read.append(counting.keys)
     assert read[1] <= read[0] + 10
+
+
+def test_one_process_spreads_its_transactions_over_every_shard(db):
+    """Each transaction adds to one shard, the next transaction to the next one (a
+    transaction's address, which CPython reuses, would not spread them)."""
+    jobs.set_type_timeout(db, T, 60)
+    for i in range(2 * counts.SHARDS):
+        jobs.add(db, T, f"j{i}")
+    r = keys.COUNTS[T]["asap"].range()
+    shards = {keys.COUNTS.unpack(k)[-1] for k, _v in db.get_range(r.start, r.stop)}
+    assert shards == set(range(counts.SHARDS))
