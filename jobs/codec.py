@@ -332,7 +332,7 @@ _EPOCH_2020_US = 1_577_836_800_000_000
 def new_lock() -> bytes:
     """A lock: now (µs, big-endian), ``_LOCK_MARK``, 7 random bytes (unique enough: two
     accepts in one microsecond share a lock with a chance of 2**-56)."""
-    return time.time_ns().__floordiv__(1000).to_bytes(8, "big") + _LOCK_MARK + os.urandom(7)
+    return (time.time_ns() // 1000).to_bytes(8, "big") + _LOCK_MARK + os.urandom(7)
 
 
 def lock_time(lock: bytes | None) -> float | None:
