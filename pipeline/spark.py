@@ -14,8 +14,8 @@ are retried: ``local[N]`` becomes ``local[N,3]`` (local mode ignores
 
 A ``sc://`` master makes the session a Spark Connect client (pyspark's ``connect``
 extra: grpcio, pandas...): no Java is needed in this process, only the SQL settings above
-apply (the server owns the rest), and :func:`new_session` gives sessions of their own on
-the server.  The pipeline's code paths that Connect lacks (``SparkContext`` job groups,
+apply (the server owns the rest), :func:`new_session` gives sessions of their own on the
+server, and a session the server closed (idle past its timeout) is replaced by a new one.  The pipeline's code paths that Connect lacks (``SparkContext`` job groups,
 the JVM's query plan) branch on :func:`is_connect_session`.
 
 pyspark is imported only when a session is first needed, so this module (and the catalog)
@@ -32,7 +32,8 @@ import shutil
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from .errors import SparkUnavailable
 from .records import Table
@@ -61,6 +62,7 @@ MASTER_ENV = "JOBS_SPARK_MASTER"
 DEFAULT_MASTER = "local[2]"
 TASK_ATTEMPTS = 3  # attempts per task before the job fails (Spark's maxFailures)
 SHUFFLE_PARTITIONS = 4
+CONNECT_PROBE_AFTER = 60.0  # seconds unused after which a Connect session is checked before reuse
 LOG_LEVEL = "WARN"
 LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -74,6 +76,7 @@ class _Running:
     master: str
     session: object  # pyspark.sql.SparkSession
     conf: dict  # the settings it was started with
+    last_use: list = field(default_factory=lambda: [time.monotonic()])  # [when spark_session() last returned it]
 
 
 _lock = threading.Lock()
@@ -200,6 +203,23 @@ def _alive(session) -> bool:
     return getattr(session.sparkContext, "_jsc", None) is not None
 
 
+def _still_open(running: _Running) -> bool:
+    """False for a Connect session the server closed: a server drops a session unused for
+    its timeout (``spark.connect.session.manager.defaultSessionTimeout``, 60 min by
+    default) and refuses every later call on it, so one unused for CONNECT_PROBE_AFTER
+    seconds is asked a setting first (one round trip).  Classic sessions: always True."""
+    now = time.monotonic()
+    idle, running.last_use[0] = now - running.last_use[0], now
+    if not is_connect(running.master) or idle < CONNECT_PROBE_AFTER:
+        return True
+    try:
+        running.session.conf.get("spark.sql.session.timeZone")
+    except Exception as exc:  # noqa: BLE001 - gRPC and Spark errors; only a closed handle is ours to renew
+        if "INVALID_HANDLE" in str(exc):
+            return False
+    return True
+
+
 def spark_session(master: str | None = None, app_name: str = "fdb-jobs", *, config: dict | None = None):
     """This process's SparkSession, started on the first call (see the module doc for its
     settings; ``config`` adds or overrides Spark settings) and returned again by later
@@ -225,7 +245,9 @@ def spark_session(master: str | None = None, app_name: str = "fdb-jobs", *, conf
                     f"a Spark session for master {running.master!r} is running in this process; one session "
                     f"per process: call stop_spark_session() before asking for {want!r}"
                 )
-            return running.session
+            if _still_open(running):
+                return running.session
+            running.session.stop()  # closed by the server: a new one below
         pyspark, SparkSession = _import_pyspark()
         conf = session_config(want, app_name, config)
         if is_connect(want):

@@ -76,6 +76,18 @@ def print_verdicts(url: str) -> None:
     print(json.dumps(out))
 
 
+def print_renewal() -> None:
+    """Print (JSON) whether this process's Connect session is replaced once the server
+    closed it, as a server does with a session idle past its timeout."""
+    from pipeline import spark as pspark
+
+    first = pspark.spark_session()
+    first.client.release_session()  # what the server's idle timeout does
+    pspark.CONNECT_PROBE_AFTER = 0.0
+    second = pspark.spark_session()
+    print(json.dumps({"renewed": second is not first, "answer": second.sql("SELECT 41 + 1 AS x").first()["x"]}))
+
+
 def _row(i):
     qty, name = i % 50, f"n{i % 10}"
     if i in BAD:
@@ -248,16 +260,25 @@ def test_spark_connect_gives_the_local_results_with_no_java_in_the_processor(spa
     assert outcome == {**local_outcome, "ran_on": outcome["ran_on"]}
 
 
+def on_connect(server, call: str, tmp_path) -> dict:
+    """What ``call`` (a function of this module) prints, run in a Connect client process
+    with no Java."""
+    code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_spark_cluster as t; t.{call}"
+    env = {**os.environ, "PYTHONPATH": ROOT, **server.client_env(), "JAVA_HOME": str(tmp_path / "no-java"),
+           "PATH": os.path.dirname(sys.executable)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=DEADLINE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_spark_connect_judges_ctas_queries_as_local_mode_does(spark_connect, store, spark, tmp_path, capsys):
     """The CTAS analysis (result schema, determinism) in a Connect client with no Java."""
     print_verdicts(store.url)
     local = json.loads(capsys.readouterr().out)
     assert local == VERDICTS
-    code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_spark_cluster as t; " \
-           f"t.print_verdicts({store.url!r})"
-    env = {**os.environ, "PYTHONPATH": ROOT, **spark_connect.client_env(), "JAVA_HOME": str(tmp_path / "no-java"),
-           "PATH": os.path.dirname(sys.executable)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=DEADLINE)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == VERDICTS
+    assert on_connect(spark_connect, f"print_verdicts({store.url!r})", tmp_path) == VERDICTS
+
+
+def test_a_connect_session_the_server_closed_is_replaced(spark_connect, tmp_path):
+    assert on_connect(spark_connect, "print_renewal()", tmp_path) == {"renewed": True, "answer": 42}
