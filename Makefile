@@ -7,7 +7,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 600
 
-.PHONY: test test-fdb demo demo-queue install clean browser screenshot
+.PHONY: test test-fdb demo demo-queue install clean browser java screenshot
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
@@ -22,8 +22,10 @@ test-fdb: $(STAMP)
 	  echo "make test-fdb: the cluster of $$FDB_CLUSTER_FILE cannot be used (above)"; exit 2; }
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
 
+# SPARK=cluster runs it on a Spark standalone cluster started here (a master and a worker on
+# loopback), SPARK=connect on that cluster behind a Spark Connect server; both stopped after.
 demo: $(STAMP)
-	$(VENV)/bin/python -m jobsctl.demos.pipeline $(DEMO_ARGS)
+	$(VENV)/bin/python -m jobsctl.demos.pipeline $(if $(SPARK),--spark $(SPARK)) $(DEMO_ARGS)
 
 demo-queue: $(STAMP)
 	$(VENV)/bin/python -m jobsctl.demos.queue $(DEMO_ARGS)
@@ -36,6 +38,14 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@chromium --version
+
+# Java 17 (Debian's headless JRE) for Spark, when none is on PATH: the Spark tests, the real
+# Spark cluster's among them, skip without it unless JOBS_REQUIRE_SPARK_CLUSTER is set, as
+# .ci/run does.
+java:
+	@command -v java >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@java -version 2>&1 | head -1
 
 # docs/dashboard.png, the README's picture of the dashboard (needs `make browser`).
 screenshot: $(STAMP)

@@ -97,7 +97,7 @@ from .errors import (
 )
 from .frames import split_name
 from .partition_files import write_partition
-from .spark import spark_session
+from .spark import new_session, release_session
 
 __all__ = [
     "TYPE",
@@ -276,7 +276,7 @@ class CreateTableAs(Operation):
         staged, pins = run(self.db, lambda tr: (staged_version(tr, ctx.table, arg), pinned_sources(tr, arg["id"])))
         if staged is None:
             raise JobFailed(f"the staged table of CTAS {ctx.table} #{ctx.instance} is gone (aborted or dropped)")
-        session = spark_session().newSession()  # temp views of its own
+        session = new_session()  # temp views of its own
         location = staged.partition_location(pid, attempt_token(arg["id"], ctx.attempt_id))
         try:
             with cancelled_when_halted(session, ctx.job, f"ctas-{ctx.attempt_id}"):
@@ -302,6 +302,8 @@ class CreateTableAs(Operation):
             if cause is None and not isinstance(exc, ValueError):  # ValueError: conform's schema check
                 raise
             raise JobFailed(f"the query failed on partition {pid}: {summary(cause or exc)}") from exc
+        finally:
+            release_session(session)
         ctx.job.check()
         ctx.job.on_commit(lambda tr: catalog.set_partition(tr, staged, pid, out.location, rows=out.rows,
                                                            bytes=out.bytes))

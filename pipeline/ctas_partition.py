@@ -17,7 +17,7 @@ from .ctas_query import summary
 from .errors import PartitionDataError, TableNotFound
 from .partition_files import read_partition
 from .records import Table
-from .spark import spark_schema
+from .spark import is_connect_session, spark_schema
 
 HALT_POLL = 0.1  # seconds between checks that a partition job still holds its lock
 
@@ -40,15 +40,21 @@ def source_frame(session, qualified: str, pinned: dict):
 @contextlib.contextmanager
 def cancelled_when_halted(session, job, group: str):
     """Run the block's Spark jobs in job group ``group``, cancelled as soon as the partition
-    job is halted (lost, cancelled, handed back) instead of running on unseen."""
-    sc = session.sparkContext
-    sc.setJobGroup(group, "ctas partition", interruptOnCancel=False)
+    job is halted (lost, cancelled, handed back) instead of running on unseen.  A Spark
+    Connect session has no SparkContext: its operations are tagged and interrupted by tag."""
+    if is_connect_session(session):
+        session.addTag(group)
+        cancel, end = (lambda: session.interruptTag(group)), (lambda: session.removeTag(group))
+    else:
+        sc = session.sparkContext
+        sc.setJobGroup(group, "ctas partition", interruptOnCancel=False)
+        cancel, end = (lambda: sc.cancelJobGroup(group)), (lambda: sc.setLocalProperty("spark.jobGroup.id", None))
     done = threading.Event()
 
     def watch():
         while not done.wait(HALT_POLL):
             if job.halted:
-                sc.cancelJobGroup(group)
+                cancel()
                 return
 
     watcher = threading.Thread(target=watch, name=f"halt-{group}", daemon=True)
@@ -57,7 +63,7 @@ def cancelled_when_halted(session, job, group: str):
         yield
     finally:
         done.set()
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        end()
 
 
 def attempt_token(ctas_id: str, attempt_id: str) -> str:

@@ -11,7 +11,7 @@ from . import catalog, schema
 from .errors import DatabaseNotFound, DatabaseNotPublished, QueryError, TableNotFound
 from .frames import split_name
 from .records import Table
-from .spark import spark_schema, spark_session
+from .spark import is_connect_session, new_session, release_session, spark_schema
 
 INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
@@ -159,23 +159,51 @@ def _result_columns(struct, partition_by: str | None) -> list[dict]:
 def analyse(query: str, sources: dict[str, Table], partition_by: str | None) -> tuple[str, list[dict]]:
     """(the rewritten query, the target schema), from Spark's analysis of the query over
     empty views of the sources (no data is read)."""
-    session = spark_session().newSession()
-    for qualified, table in sources.items():
-        session.createDataFrame([], spark_schema(table)).createOrReplaceTempView(view_name(qualified))
+    session = new_session()
     sql = rewrite_query(query, sources)
     try:
+        for qualified, table in sources.items():
+            session.createDataFrame([], spark_schema(table)).createOrReplaceTempView(view_name(qualified))
         df = session.sql(sql)
-        deterministic = bool(df._jdf.queryExecution().analyzed().deterministic())
+        deterministic, struct = _deterministic(session, df, sql), df.schema
     except Exception as exc:  # noqa: BLE001 - Spark's analysis errors, translated here
         if spark_error(exc) is None:
             raise
         raise QueryError(f"the query does not analyse: {summary(exc)}" + _hint(exc)) from exc
+    finally:
+        release_session(session)
     if not deterministic:
         raise QueryError(
             "the query is not deterministic (rand(), uuid(), ...): each partition job evaluates it "
             "again, so its partitions would not come from one result"
         )
-    return sql, _result_columns(df.schema, partition_by)
+    return sql, _result_columns(struct, partition_by)
+
+
+# Spark's nondeterministic SQL functions (expressions that are ``Nondeterministic``)
+NONDETERMINISTIC = frozenset({
+    "rand", "randn", "random", "uuid", "shuffle", "randstr", "uniform", "monotonically_increasing_id",
+    "spark_partition_id", "input_file_name", "input_file_block_start", "input_file_block_length",
+    "reflect", "java_method", "try_reflect",
+})
+
+
+def _calls(query: str) -> set[str]:
+    """Names of the functions the query calls (outside strings and comments), lower case."""
+    tokens = [(m.lastgroup, m.group()) for m in _TOKEN.finditer(query)]
+    tokens = [t for t in tokens if t[0] not in ("ws", "comment")]
+    return {_ident(a) for a, b in zip(tokens, tokens[1:]) if a[0] in ("ident", "quoted") and b[1] == "("}
+
+
+def _deterministic(session, df, sql: str) -> bool:
+    """Is the analysed query deterministic?  Classic Spark: the JVM plan's own verdict.  A
+    Spark Connect client has no handle on the plan object, so: two analyses of the query
+    must be the same plan (unseeded random functions get a new seed each time), and the
+    query must call none of Spark's nondeterministic functions (the sources are files, not
+    SQL views, so nothing else can hide one)."""
+    if not is_connect_session(session):
+        return bool(df._jdf.queryExecution().analyzed().deterministic())
+    return df.sameSemantics(session.sql(sql)) and not (_calls(sql) & NONDETERMINISTIC)
 
 
 def _hint(exc: BaseException) -> str:

@@ -133,7 +133,7 @@ def write_partition(df, location: str, *, columns=None, files: int | None = None
     try:
         os.makedirs(parent, exist_ok=True)
         out = df if files is None else df.coalesce(files)
-        out.write.mode("errorifexists").parquet(_uri(tmp))
+        out.write.mode("error").parquet(_uri(tmp))  # (errorifexists: Spark Connect knows only "error")
         names = _data_files(tmp)
         rows = _count(df, [os.path.join(tmp, n) for n in names])
         size = sum(os.path.getsize(os.path.join(tmp, n)) for n in names)

@@ -2,6 +2,7 @@
 
     spark = spark_session()                 # local[2,3] unless $JOBS_SPARK_MASTER says otherwise
     spark = spark_session("spark://head:7077")
+    spark = spark_session("sc://head:15002")   # a Spark Connect server: no JVM here
 
 Local mode (the default) is set up for a machine that may have only a loopback interface:
 the driver binds to 127.0.0.1 (``SPARK_LOCAL_IP`` too, unless already set), the web UI and
@@ -10,6 +11,12 @@ Python workers run this interpreter, and logging is quiet (WARN, from the bundle
 ``log4j2.properties``, so not even the JVM's start-up chatter reaches stderr).  Failed tasks
 are retried: ``local[N]`` becomes ``local[N,3]`` (local mode ignores
 ``spark.task.maxFailures``), and other masters get ``spark.task.maxFailures=3``.
+
+A ``sc://`` master makes the session a Spark Connect client (pyspark's ``connect``
+extra: grpcio, pandas...): no Java is needed in this process, only the SQL settings above
+apply (the server owns the rest), :func:`new_session` gives sessions of their own on the
+server, and a session the server closed (idle past its timeout) is replaced by a new one.  The pipeline's code paths that Connect lacks (``SparkContext`` job groups,
+the JVM's query plan) branch on :func:`is_connect_session`.
 
 pyspark is imported only when a session is first needed, so this module (and the catalog)
 work without it; a missing pyspark or Java raises :class:`SparkUnavailable` saying what to
@@ -25,7 +32,8 @@ import shutil
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from .errors import SparkUnavailable
 from .records import Table
@@ -35,8 +43,13 @@ __all__ = [
     "DEFAULT_MASTER",
     "MASTER_ENV",
     "TASK_ATTEMPTS",
+    "check_connect_client",
     "check_java",
+    "is_connect",
+    "is_connect_session",
     "is_local",
+    "new_session",
+    "release_session",
     "resolve_master",
     "session_config",
     "spark_schema",
@@ -49,6 +62,7 @@ MASTER_ENV = "JOBS_SPARK_MASTER"
 DEFAULT_MASTER = "local[2]"
 TASK_ATTEMPTS = 3  # attempts per task before the job fails (Spark's maxFailures)
 SHUFFLE_PARTITIONS = 4
+CONNECT_PROBE_AFTER = 60.0  # seconds unused after which a Connect session is checked before reuse
 LOG_LEVEL = "WARN"
 LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -61,6 +75,8 @@ class _Running:
     pid: int  # the process that started it
     master: str
     session: object  # pyspark.sql.SparkSession
+    conf: dict  # the settings it was started with
+    last_use: list = field(default_factory=lambda: [time.monotonic()])  # [when spark_session() last returned it]
 
 
 _lock = threading.Lock()
@@ -84,6 +100,16 @@ def is_local(master: str) -> bool:
     return _LOCAL.fullmatch(master) is not None
 
 
+def is_connect(master: str) -> bool:
+    """A Spark Connect URL (``sc://host:port``): the session is a client of that server."""
+    return master.startswith("sc://")
+
+
+def is_connect_session(session) -> bool:
+    """Is ``session`` a Spark Connect client (no SparkContext, no JVM in this process)?"""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
 def session_config(master: str, app_name: str = "fdb-jobs", config: dict | None = None) -> dict[str, str]:
     """The Spark settings :func:`spark_session` uses for ``master`` (a resolved URL), with
     ``config`` (str keys; str, int, float or bool values) applied over them."""
@@ -96,7 +122,9 @@ def session_config(master: str, app_name: str = "fdb-jobs", config: dict | None 
         "spark.task.maxFailures": str(TASK_ATTEMPTS),
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
     }
-    if is_local(master):
+    if is_connect(master):  # the server's settings are its own; a client sets SQL ones
+        conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
+    elif is_local(master):
         conf.update(
             {
                 "spark.driver.host": "127.0.0.1",
@@ -157,8 +185,39 @@ def check_java(required: int = 17) -> str:
     return java
 
 
+def check_connect_client() -> None:
+    """pyspark's Connect client, after checking its extra dependencies are installed."""
+    try:
+        from pyspark.sql.connect.utils import check_dependencies
+
+        check_dependencies()
+    except ImportError as exc:
+        raise SparkUnavailable(
+            f"a Spark Connect master (sc://) needs the connect extra (pip install 'fdb-jobs[connect]'): {exc}"
+        ) from exc
+
+
 def _alive(session) -> bool:
+    if is_connect_session(session):
+        return not session.is_stopped
     return getattr(session.sparkContext, "_jsc", None) is not None
+
+
+def _still_open(running: _Running) -> bool:
+    """False for a Connect session the server closed: a server drops a session unused for
+    its timeout (``spark.connect.session.manager.defaultSessionTimeout``, 60 min by
+    default) and refuses every later call on it, so one unused for CONNECT_PROBE_AFTER
+    seconds is asked a setting first (one round trip).  Classic sessions: always True."""
+    now = time.monotonic()
+    idle, running.last_use[0] = now - running.last_use[0], now
+    if not is_connect(running.master) or idle < CONNECT_PROBE_AFTER:
+        return True
+    try:
+        running.session.conf.get("spark.sql.session.timeZone")
+    except Exception as exc:  # noqa: BLE001 - gRPC and Spark errors; only a closed handle is ours to renew
+        if "INVALID_HANDLE" in str(exc):
+            return False
+    return True
 
 
 def spark_session(master: str | None = None, app_name: str = "fdb-jobs", *, config: dict | None = None):
@@ -186,22 +245,52 @@ def spark_session(master: str | None = None, app_name: str = "fdb-jobs", *, conf
                     f"a Spark session for master {running.master!r} is running in this process; one session "
                     f"per process: call stop_spark_session() before asking for {want!r}"
                 )
-            return running.session
+            if _still_open(running):
+                return running.session
+            running.session.stop()  # closed by the server: a new one below
         pyspark, SparkSession = _import_pyspark()
-        check_java(_java_required(pyspark.__version__))
         conf = session_config(want, app_name, config)
-        if is_local(want):
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = SparkSession.builder.master(want)
+        if is_connect(want):
+            check_connect_client()
+            builder = SparkSession.builder.remote(want)
+        else:
+            check_java(_java_required(pyspark.__version__))
+            if is_local(want):
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = SparkSession.builder.master(want)
         for key, value in conf.items():
             builder = builder.config(key, value)
         try:
             session = builder.getOrCreate()
-            session.sparkContext.setLogLevel(LOG_LEVEL)
+            if not is_connect(want):
+                session.sparkContext.setLogLevel(LOG_LEVEL)
         except Exception as exc:  # noqa: BLE001 - py4j and JVM start-up errors have many types
             raise SparkUnavailable(f"Spark did not start (master {want!r}): {exc}") from exc
-        _running = _Running(os.getpid(), want, session)
+        _running = _Running(os.getpid(), want, session, conf)
         return session
+
+
+def new_session(session=None):
+    """A session with temporary views and SQL settings of its own, sharing ``session``'s
+    (default: this process's) Spark.  On Connect a new session starts from the server's
+    defaults, so this process's SQL settings (time zone, ...) are applied to it again."""
+    session = session or spark_session()
+    fresh = session.newSession()
+    if is_connect_session(fresh):
+        running = _running
+        conf = running.conf if running is not None and running.session is session else session_config("sc://")
+        for key, value in conf.items():
+            fresh.conf.set(key, value)
+    return fresh
+
+
+def release_session(session) -> None:
+    """Release a session :func:`new_session` gave, once done with it: on Connect its
+    server-side state is dropped now instead of when the server's idle timeout ends it
+    (a classic session is left to the garbage collector: stopping it would stop the
+    process's SparkContext)."""
+    if is_connect_session(session):
+        session.stop()
 
 
 def stop_spark_session() -> None:

@@ -120,3 +120,47 @@ def spark():
         pytest.skip(f"Spark is not available here: {exc}")
     yield session
     pipeline.stop_spark_session()
+
+
+# --- a real Spark: a standalone cluster and a Spark Connect server (pipeline.spark_cluster) ---
+
+REQUIRE_CLUSTER_ENV = "JOBS_REQUIRE_SPARK_CLUSTER"  # set (as .ci/run does): fail instead of skip
+
+
+def _unavailable(what: str, exc: BaseException):
+    """Skip (or, with $JOBS_REQUIRE_SPARK_CLUSTER, fail) a test whose Spark cannot start."""
+    if os.environ.get(REQUIRE_CLUSTER_ENV):
+        pytest.fail(f"{REQUIRE_CLUSTER_ENV} is set but {what} cannot start here: {exc}")
+    pytest.skip(f"{what} cannot start here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone master and one worker (1 core, 1 GiB) on loopback for the whole
+    run, stopped at the end; its logs stay in pytest's tmp directory ("spark-cluster*")."""
+    from pipeline.errors import SparkUnavailable
+    from pipeline.spark_cluster import LocalSparkCluster
+
+    try:
+        cluster = LocalSparkCluster(str(tmp_path_factory.mktemp("spark-cluster")), cores=1, memory="1g")
+    except SparkUnavailable as exc:
+        _unavailable("a Spark standalone cluster", exc)
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory):
+    """A Spark Connect server on loopback (its Spark in local[1] mode) for the whole run,
+    stopped at the end; skipped without Java or pyspark's Connect client dependencies."""
+    from pipeline import spark as pspark
+    from pipeline.errors import SparkUnavailable
+    from pipeline.spark_cluster import ConnectServer
+
+    try:
+        pspark.check_connect_client()
+        server = ConnectServer(str(tmp_path_factory.mktemp("spark-connect")), master="local[1]")
+    except SparkUnavailable as exc:
+        _unavailable("a Spark Connect server", exc)
+    with server:
+        yield server

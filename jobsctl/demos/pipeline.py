@@ -14,6 +14,7 @@ filtered by processor processes on Spark, one of which is killed half-way.
 
     python -m jobsctl.demos.pipeline                       # defaults: 4 chunks x 150,000 rows, 2 workers
     python -m jobsctl.demos.pipeline --rows 20000 --keep   # smaller; keep the store and data
+    python -m jobsctl.demos.pipeline --spark cluster       # on a Spark standalone cluster started here
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import jobs
 
 from pipeline import ctas as ctas_mod
 from pipeline import index as index_mod
-from pipeline import ingest
+from pipeline import ingest, spark_cluster
 from pipeline.runtime import operations
+from pipeline.spark import stop_spark_session
 
 DATABASE, TABLE, TARGET = "sky", "objects", "bright"
 SCHEMA = [
@@ -57,6 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--dir", default=os.path.join(".jobs", "demo"), help="store, data and logs (replaced)")
     p.add_argument("--keep", action="store_true", help="keep the directory afterwards")
     p.add_argument("--no-kill", dest="kill", action="store_false", help="don't kill a worker")
+    p.add_argument("--spark", choices=spark_cluster.BACKENDS, default="local",
+                   help="local: each process's own Spark; cluster: a standalone Spark cluster started here "
+                        "(logs in DIR-spark); connect: that cluster behind a Spark Connect server")
     return p.parse_args(argv)
 
 
@@ -214,6 +219,18 @@ def kill_a_busy_worker(db, cluster: Cluster, types: list[str]) -> dict | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    logs = os.path.abspath(args.dir) + "-spark"
+    with spark_cluster.spark_backend(args.spark, logs, processes=args.workers) as spark_env:
+        os.environ.update(spark_env)  # this process (the CTAS analysis) and the workers
+        if spark_env:
+            say(f"0. Spark: a local {args.spark} at {spark_env['JOBS_SPARK_MASTER']} (logs in {logs})")
+        try:
+            return run_demo(args)
+        finally:
+            stop_spark_session()  # this process's Spark application ends before its cluster
+
+
+def run_demo(args) -> int:
     began = time.monotonic()
     workdir = os.path.abspath(args.dir)
     shutil.rmtree(workdir, ignore_errors=True)
