@@ -32,7 +32,9 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jobs  # noqa: E402
-from jobs.engine.embedded import EmbeddedDatabase  # noqa: E402
+from jobs import prefixes, store  # noqa: E402
+from jobs.engine import tuple as fdb_tuple  # noqa: E402
+from jobsctl import scratch  # noqa: E402
 
 TYPE = "bench"
 VALUE = b"v" * 100
@@ -60,20 +62,20 @@ def commits_plain_sqlite(path: str, n: int) -> float:
     return n / elapsed
 
 
-def commits_engine(path: str, n: int) -> float:
-    """Commits/s of the embedded engine: one ``tr.set`` per transaction via ``transactional``."""
-    db = EmbeddedDatabase(path)  # WAL, synchronous=NORMAL (its default, sync="normal")
-
+def commits_engine(url: str, n: int) -> float:
+    """Commits/s of the store of ``url`` (a ``sqlite:`` one: the embedded engine, WAL,
+    synchronous=NORMAL, its default): one ``tr.set`` per transaction via ``transactional``."""
     @jobs.transactional
     def put(tr, key):
         tr.set(key, VALUE)
 
-    keys = [KEY.format(i).encode() for i in range(n)]
-    start = time.perf_counter()
-    for key in keys:
-        put(db, key)
-    elapsed = time.perf_counter() - start
-    db.close()
+    root = fdb_tuple.pack(prefixes.ROOT)  # b"" unless a scratch run's
+    keys = [root + KEY.format(i).encode() for i in range(n)]
+    with store.opened(url) as db:
+        start = time.perf_counter()
+        for key in keys:
+            put(db, key)
+        elapsed = time.perf_counter() - start
     return n / elapsed
 
 
@@ -82,22 +84,26 @@ def commits_engine(path: str, n: int) -> float:
 
 def add_jobs(url: str, n: int) -> float:
     """Adds/s: one job per transaction, as producers usually add them."""
-    db = jobs.open(url)
-    jobs.set_type_timeout(db, TYPE, 3600)
-    start = time.perf_counter()
-    for i in range(n):
-        jobs.add(db, TYPE, f"job-{i:09d}")
-    elapsed = time.perf_counter() - start
-    db.close()
+    with store.opened(url) as db:
+        jobs.set_type_timeout(db, TYPE, 3600)
+        start = time.perf_counter()
+        for i in range(n):
+            jobs.add(db, TYPE, f"job-{i:09d}")
+        elapsed = time.perf_counter() - start
     return n / elapsed
 
 
 def worker(url: str, barrier, results, batch: int = 1) -> None:
     """Accept and finish no-op jobs until none is left; report (count, end time).  With
     ``batch`` > 1: ``accept_many(batch)``, then one transaction finishing them all."""
-    db = jobs.open(url)
-    jobs.get_type_timeout(db, TYPE)  # open the store before the clock starts
-    barrier.wait()
+    with store.opened(url) as db:
+        jobs.get_type_timeout(db, TYPE)  # open the store before the clock starts
+        barrier.wait()
+        results.put((_drain_one(db, batch), time.monotonic()))
+
+
+def _drain_one(db, batch: int) -> int:
+    """Accept and finish until the type has no pending job; how many."""
     done = 0
 
     @jobs.transactional
@@ -113,8 +119,7 @@ def worker(url: str, barrier, results, batch: int = 1) -> None:
             continue
         finish_all(db, taken)
         done += len(taken)
-    results.put((done, time.monotonic()))
-    db.close()
+    return done
 
 
 def drain(url: str, n: int, workers: int, batch: int = 1) -> float:
@@ -151,6 +156,18 @@ def _fresh(directory: str, name: str) -> str:
     return path
 
 
+def fresh_store(directory: str, name: str, url: str | None = None) -> str:
+    """The URL of a store holding nothing of a run: a new file ``name`` in ``directory``,
+    or ``url`` with this scratch run's root cleared (``jobsctl/scratch.py``)."""
+    if url is None:
+        return "sqlite:" + _fresh(directory, name)
+    if not scratch.in_scratch():  # never clear a store's own keys
+        raise RuntimeError(f"a benchmark on {url} runs under a scratch key prefix (jobsctl/scratch.py)")
+    with store.opened(url) as db:
+        prefixes.clear_root(db, prefixes.ROOT)
+    return url
+
+
 def _filesystem(path: str) -> str:
     """File system type of ``path`` (from /proc/mounts), or '?'."""
     path, best, fstype = os.path.realpath(path), "", "?"
@@ -181,7 +198,8 @@ def _summary(values: list[float]) -> tuple[str, str]:
     return f"{statistics.median(values):,.0f}", f"{min(values):,.0f} – {max(values):,.0f}"
 
 
-def run(commits: int, n_jobs: int, repeat: int, directory: str, worker_counts=(1, 4)) -> list[tuple]:
+def run(commits: int, n_jobs: int, repeat: int, directory: str, worker_counts=(1, 4),
+        url: str | None = None) -> list[tuple]:
     rows: list[tuple[str, list[float], str]] = []
 
     def measure(label: str, unit: str, fn) -> None:
@@ -193,28 +211,29 @@ def run(commits: int, n_jobs: int, repeat: int, directory: str, worker_counts=(1
 
     # Warm up the file system and the interpreter once, untimed.
     commits_plain_sqlite(_fresh(directory, "warmup.sqlite"), 200)
-    commits_engine(_fresh(directory, "warmup-engine.sqlite"), 200)
+    commits_engine(fresh_store(directory, "warmup-engine.sqlite", url), 200)
 
     # Alternate the two sides run by run, so that drift affects both alike.
     plain, engine = [], []
     for r in range(repeat):
         plain.append(commits_plain_sqlite(_fresh(directory, "plain.sqlite"), commits))
-        engine.append(commits_engine(_fresh(directory, "engine.sqlite"), commits))
+        engine.append(commits_engine(fresh_store(directory, "engine.sqlite", url), commits))
         print(f"  commits: run {r + 1}/{repeat}: plain {plain[-1]:,.0f}/s, engine {engine[-1]:,.0f}/s", file=sys.stderr)
+    engine_name = "embedded engine" if url is None else f"store {url}"
     rows.append((f"plain SQLite: {commits} commits, 1 write each", plain, "commits/s"))
-    rows.append((f"embedded engine: {commits} transactions, 1 `set` each", engine, "commits/s"))
-    rows.append(("engine / plain SQLite", [e / p * 100 for e, p in zip(engine, plain)], "%"))
+    rows.append((f"{engine_name}: {commits} transactions, 1 `set` each", engine, "commits/s"))
+    rows.append((f"{engine_name} / plain SQLite", [e / p * 100 for e, p in zip(engine, plain)], "%"))
 
     def add_run(_r):
-        return add_jobs("sqlite:" + _fresh(directory, "jobs.sqlite"), n_jobs)
+        return add_jobs(fresh_store(directory, "jobs.sqlite", url), n_jobs)
 
     measure(f"jobs.add: {n_jobs} jobs, 1 per transaction", "jobs/s", add_run)
     for workers in worker_counts:
 
         def drain_run(_r, workers=workers):
-            path = _fresh(directory, "jobs.sqlite")
-            add_jobs("sqlite:" + path, n_jobs)
-            return drain("sqlite:" + path, n_jobs, workers)
+            target = fresh_store(directory, "jobs.sqlite", url)
+            add_jobs(target, n_jobs)
+            return drain(target, n_jobs, workers)
 
         label = f"accept + finish: {n_jobs} jobs, {workers} worker process{'es' if workers > 1 else ''}"
         measure(label, "jobs/s", drain_run)
@@ -246,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=5000, help="commits per commit-rate run (default 5000)")
     parser.add_argument("--jobs", type=int, default=2000, help="jobs per end-to-end run (default 2000)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
+    parser.add_argument("--store", metavar="URL",
+                        help="measure this store (default: $JOBS_STORE, else fresh embedded store files in --dir), "
+                             "under a key prefix of its own, cleared at the end")
     parser.add_argument("--dir", help="directory for the store files (default: a temporary one)")
     parser.add_argument("--quick", action="store_true", help="small and once: 1000 commits, 300 jobs, 1 run")
     args = parser.parse_args(argv)
@@ -253,12 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         args.commits, args.jobs, args.repeat = 1000, 300, 1
     if min(args.commits, args.jobs, args.repeat) < 1:
         parser.error("--commits, --jobs and --repeat must be at least 1")
+    args.store = scratch.store_url(args.store)
+    if args.store is not None and (code := scratch.rerun("bench.bench_engine", argv, args.store,
+                                                          label="bench-engine")) is not None:
+        return code
 
     own_dir = args.dir is None
     directory = tempfile.mkdtemp(prefix="jobs-bench-") if own_dir else os.path.abspath(args.dir)
     os.makedirs(directory, exist_ok=True)
     try:
-        rows = run(args.commits, args.jobs, args.repeat, directory)
+        rows = run(args.commits, args.jobs, args.repeat, directory, url=args.store)
     finally:
         if own_dir:
             shutil.rmtree(directory, ignore_errors=True)

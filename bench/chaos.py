@@ -9,6 +9,7 @@ checked.  Exit status 0 only if all hold:
 
     python -m bench.chaos                       # 3000 jobs, 4 workers, 20 kills, 4 stalls
     python -m bench.chaos --jobs 150 --workers 3 --kills 3 --stalls 1 --timeout 1 --json
+    python -m bench.chaos --store fdb:         # on FoundationDB (or $JOBS_STORE), in a key prefix of its own
 
 Reported: jobs/s over the whole run, re-runs (starts beyond one per job), lock losers
 halted, and recovery time: from a kill to the restart elsewhere of each job the killed
@@ -34,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 import jobs  # noqa: E402
 from bench.chaos_app import BY, OUT, TYPE  # noqa: E402
+from jobsctl import scratch  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +50,10 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=2.0, help="type timeout T, seconds")
     p.add_argument("--work-ms", type=int, nargs=2, default=(5, 60), metavar=("MIN", "MAX"))
     p.add_argument("--deadline", type=float, default=900.0, help="give up after this many seconds")
-    p.add_argument("--dir", help="where the store and logs go (default: a temporary directory)")
+    p.add_argument("--store", metavar="URL",
+                   help="store URL (default: $JOBS_STORE, else a fresh embedded store in --dir); the run uses a key "
+                        "prefix of its own there, cleared at the end")
+    p.add_argument("--dir", help="where the logs (and the default store) go (default: a temporary directory)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-monitor", dest="monitor", action="store_false",
                    help="no dedicated `jobs monitor` process: only the workers' own monitors, which "
@@ -133,7 +138,7 @@ def chaos(args) -> dict:
     os.makedirs(workdir, exist_ok=True)
     logdir = os.path.join(workdir, "logs")
     os.makedirs(logdir, exist_ok=True)
-    url = "sqlite:" + os.path.join(workdir, "chaos.sqlite")
+    url = args.store or "sqlite:" + os.path.join(workdir, "chaos.sqlite")
     db = jobs.open(url)
     jobs.set_type_timeout(db, TYPE, args.timeout)
     add_jobs(db, args.jobs, tuple(args.work_ms), rng)
@@ -245,6 +250,9 @@ def report(db, args, workdir, logdir, kills, stalls, elapsed, codes) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.store = scratch.store_url(args.store)
+    if args.store is not None and (code := scratch.rerun("bench.chaos", argv, args.store, label="chaos")) is not None:
+        return code
     result = chaos(args)
     if args.json:
         print(json.dumps(result, indent=2))

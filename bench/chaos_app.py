@@ -16,12 +16,13 @@ import time
 import uuid
 
 import jobs
+from jobs import prefixes
 from jobs.engine import Subspace
 from processors import Processor
 
 TYPE = "chaos"
-OUT = Subspace(("chaos", "out"))  # job id -> 8-byte little-endian count of committed outputs
-BY = Subspace(("chaos", "by"))  # job id -> token of the run whose output committed
+OUT = Subspace(prefixes.ROOT + ("chaos", "out"))  # job id -> 8-byte little-endian count of committed outputs
+BY = Subspace(prefixes.ROOT + ("chaos", "by"))  # job id -> token of the run whose output committed
 ONE = (1).to_bytes(8, "little")
 
 _logdir = os.environ.get("CHAOS_LOGDIR")

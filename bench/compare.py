@@ -46,6 +46,7 @@ from bench.lineup import (  # noqa: E402
 )
 from bench.peers import env  # noqa: E402
 from bench.report import report  # noqa: E402
+from jobsctl import scratch  # noqa: E402
 
 ROOT = env.ROOT
 log = env.log
@@ -71,6 +72,9 @@ def parse_args(argv=None):
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"), help="output directory (bench/results)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (stores, logs)")
+    p.add_argument("--store", metavar="URL",
+                   help="run ours on this store (default: $JOBS_STORE, else a fresh embedded store file per run), "
+                        "under a key prefix of its own, cleared before each run and at the end")
     a = p.parse_args(argv)
     q = a.quick
     a.repeat = a.repeat or (1 if q else 3)
@@ -200,12 +204,12 @@ def run_limit(args, base: str) -> dict:
     d = os.path.join(base, "limit")
     os.makedirs(d)
     bench_engine.commits_plain_sqlite(bench_engine._fresh(d, "warm.sqlite"), 200)
-    bench_engine.commits_engine(bench_engine._fresh(d, "warm-e.sqlite"), 200)
+    bench_engine.commits_engine(bench_engine.fresh_store(d, "warm-e.sqlite"), 200)
     plain, engine, bare, batched = [], [], [], []
     n = min(args.jobs, 2000)
     for r in range(args.repeat):
         plain.append(bench_engine.commits_plain_sqlite(bench_engine._fresh(d, "plain.sqlite"), args.commits))
-        engine.append(bench_engine.commits_engine(bench_engine._fresh(d, "engine.sqlite"), args.commits))
+        engine.append(bench_engine.commits_engine(bench_engine.fresh_store(d, "engine.sqlite"), args.commits))
         # The bare accept+finish loop of one process (no Processor), as bench_engine measures it.
         path = bench_engine._fresh(d, "bare.sqlite")
         bench_engine.add_jobs("sqlite:" + path, n)
@@ -250,6 +254,10 @@ def plots(args, data_path: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.store = scratch.store_url(args.store)
+    if args.store is not None and (code := scratch.rerun("bench.compare", argv, args.store,
+                                                          label="compare")) is not None:
+        return code
     command = "python -m bench.compare" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     t0 = time.monotonic()

@@ -197,8 +197,11 @@ def _setup_section(args, results) -> list[str]:
         out.append(f"| {TITLES[peer]} | {s.get('settings', '')} | {s.get('mechanism') or 'none'} |")
     out += ["", "Servers: Redis with no persistence (`--save ''`, no AOF: not durable); PostgreSQL with "
             "`synchronous_commit=off` (like SQLite's synchronous=NORMAL: durable against process crashes, "
-            "not power loss). Both on 127.0.0.1, started and stopped by the run.", "",
-            "Plots: `burndown.png`, `latency.png`, `scale.png`; raw numbers: `results.json`.", ""]
+            "not power loss). Both on 127.0.0.1, started and stopped by the run.", ""]
+    if getattr(args, "store", None):
+        out += [f"Ours ran on the store `{args.store}` (not a store file), under a key prefix of its own "
+                "cleared before each run, instead of the settings' store file.", ""]
+    out += ["Plots: `burndown.png`, `latency.png`, `scale.png`; raw numbers: `results.json`.", ""]
     return out
 
 

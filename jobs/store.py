@@ -3,6 +3,8 @@ the job layer's tree (the one boundary where they are translated)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from .engine import errors as engine_errors
 from .engine.urls import open_database
 from .errors import StoreOpenError
@@ -19,3 +21,16 @@ def open(url: str | None = None, *, create: bool = True):  # noqa: A001 - jobs.o
         return open_database(url, create=create)
     except engine_errors.StoreOpenError as exc:
         raise StoreOpenError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def opened(url: str | None = None, *, create: bool = True):
+    """:func:`open` for a ``with`` block: the database, closed at its end (an embedded
+    store's; a FoundationDB database has nothing to close)."""
+    db = open(url, create=create)
+    try:
+        yield db
+    finally:
+        close = getattr(db, "close", None)
+        if close is not None:
+            close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import pending, schedules, status as status_mod
+from jobs import pending, schedules, status as status_mod, store
 from jobs.engine.transactional import run as run_transaction
 
 from .arguments import data_object
@@ -16,13 +16,8 @@ from monitor.documents import job_doc, job_document
 def open_store(args, create: bool = True):
     """The store of ``--store``; commands that only read pass ``create=False``, so that a
     mistyped path is an error rather than a new empty store."""
-    db = jobs.open(args.store, create=create)
-    try:
+    with store.opened(args.store, create=create) as db:
         yield db
-    finally:
-        close = getattr(db, "close", None)
-        if close is not None:
-            close()
 
 
 @jobs.transactional

@@ -79,6 +79,39 @@ def db(request, tmp_path):
                 close()
 
 
+class SharedStore:
+    """A store an application already uses, given to a program by URL (``shared_store``)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.before = self.contents()
+
+    def contents(self) -> list[tuple[bytes, bytes]]:
+        """Every key and value of the store (below the system keys)."""
+        with jobs.store.opened(self.url) as db:
+            return [(bytes(kv.key), bytes(kv.value)) for kv in db.get_range(b"", b"\xff")]
+
+    def unchanged(self) -> bool:
+        return self.contents() == self.before
+
+
+@pytest.fixture(params=["embedded", "fdb"])
+def shared_store(request, tmp_path):
+    """A store holding an application's own job (type ``demo``, id ``theirs``), on the
+    embedded engine and on FoundationDB (``FDB_CLUSTER_FILE``): for the demos and benchmarks
+    given a store, which must leave it as it was (``jobsctl/scratch.py``)."""
+    url = store_url(request.param, tmp_path)
+    with jobs.store.opened(url) as db:
+        if request.param == "fdb":
+            clear_store(db)
+        jobs.set_type_timeout(db, "demo", 30)
+        jobs.add(db, "demo", "theirs", {"mine": True})
+    yield SharedStore(url)
+    if request.param == "fdb":
+        with jobs.store.opened(url) as db:
+            clear_store(db)
+
+
 @pytest.fixture
 def engine_name(request, db) -> str:
     """Name of the engine ``db`` runs on ("embedded", "memory" or "fdb")."""

@@ -14,10 +14,13 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_workers_killed_and_stalled_lose_and_double_nothing(tmp_path):
+def test_workers_killed_and_stalled_lose_and_double_nothing(tmp_path, shared_store):
+    """On a store given to it (the embedded engine, and FoundationDB with ``FDB_CLUSTER_FILE``),
+    which it leaves as it was."""
     cmd = [sys.executable, "-m", "bench.chaos", "--jobs", "150", "--workers", "3", "--concurrency", "2",
            "--kills", "3", "--stalls", "1", "--timeout", "1", "--work-ms", "100", "250",
-           "--deadline", "300", "--dir", str(tmp_path), "--seed", "11", "--json"]
+           "--deadline", "300", "--dir", str(tmp_path), "--seed", "11", "--json",
+           "--store", shared_store.url]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.stdout, done.stderr
     report = json.loads(done.stdout)
@@ -25,3 +28,4 @@ def test_workers_killed_and_stalled_lose_and_double_nothing(tmp_path):
     assert done.returncode == 0
     assert report["kills"] == 3 and report["stalls"] == 1  # the chaos really happened
     assert report["worker_exit_codes"] == [0]  # the survivors stopped gracefully on SIGTERM
+    assert shared_store.unchanged()

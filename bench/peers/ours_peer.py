@@ -1,4 +1,5 @@
-"""Ours: the embedded engine (one SQLite store file), ``jobs worker`` processes
+"""Ours: the embedded engine (one SQLite store file; with ``bench.compare --store URL``,
+that store, in a scratch key prefix cleared before each run), ``jobs worker`` processes
 (``processors.Processor``, concurrency 1), type timeout 5 s.  Recovery: the activity
 monitor re-enqueues a running job whose worker has not called ``update`` for one type
 timeout; the recovery workload runs a dedicated ``jobs monitor`` process."""
@@ -51,17 +52,28 @@ class OursPeer(Peer):
 
     @property
     def url(self):
+        from jobsctl import scratch
+
+        if scratch.in_scratch():  # bench.compare --store URL
+            return scratch.store_url(None)
         return "sqlite:" + os.path.join(self.ctx.workdir, "jobs.sqlite")
 
     def setup(self):
         import jobs
+        from jobs import store
 
-        self.db = jobs.open(self.url)
+        from bench.bench_engine import fresh_store
+        from jobsctl import scratch
+
+        if scratch.in_scratch():  # the previous run's jobs are not this one's
+            fresh_store(self.ctx.workdir, "jobs.sqlite", self.url)
+        self._store = store.opened(self.url)
+        self.db = self._store.__enter__()
         jobs.set_type_timeout(self.db, TYPE, TIMEOUT)
         self.n = 0
 
     def teardown(self):
-        self.db.close()
+        self._store.__exit__(None, None, None)
 
     def preload(self, n):
         import jobs

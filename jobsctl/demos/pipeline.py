@@ -15,6 +15,11 @@ filtered by processor processes on Spark, one of which is killed half-way.
     python -m jobsctl.demos.pipeline                       # defaults: 4 chunks x 150,000 rows, 2 workers
     python -m jobsctl.demos.pipeline --rows 20000 --keep   # smaller; keep the store and data
     python -m jobsctl.demos.pipeline --spark cluster       # on a Spark standalone cluster started here
+    python -m jobsctl.demos.pipeline --store fdb:          # the store on FoundationDB (or $JOBS_STORE)
+
+Without ``--store`` (and ``$JOBS_STORE``) the store is a fresh embedded one in ``--dir``;
+given a store, the demo runs under a key prefix of its own there, cleared at the end unless
+``--keep`` (``jobsctl/scratch.py``).  Data and logs are in ``--dir`` either way.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pipeline import ingest, spark_cluster
 from pipeline.runtime import operations
 from pipeline.spark import stop_spark_session
 
+from .. import scratch
+
 DATABASE, TABLE, TARGET = "sky", "objects", "bright"
 SCHEMA = [
     {"name": "id", "type": "bigint", "nullable": False},
@@ -57,7 +64,10 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--job-timeout", type=float, default=8.0, help="type timeout of the operations' jobs (s)")
     p.add_argument("--dir", default=os.path.join(".jobs", "demo"), help="store, data and logs (replaced)")
-    p.add_argument("--keep", action="store_true", help="keep the directory afterwards")
+    p.add_argument("--store", metavar="URL",
+                   help="store URL (default: $JOBS_STORE, else a fresh embedded store in --dir); the demo runs "
+                        "under a key prefix of its own there, cleared at the end")
+    p.add_argument("--keep", action="store_true", help="keep the directory (and the store's key prefix) afterwards")
     p.add_argument("--no-kill", dest="kill", action="store_false", help="don't kill a worker")
     p.add_argument("--spark", choices=spark_cluster.BACKENDS, default="local",
                    help="local: each process's own Spark; cluster: a standalone Spark cluster started here "
@@ -219,6 +229,10 @@ def kill_a_busy_worker(db, cluster: Cluster, types: list[str]) -> dict | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.store = scratch.store_url(args.store)
+    if args.store is not None and (code := scratch.rerun("jobsctl.demos.pipeline", argv, args.store,
+                                                          label="demo", keep=args.keep)) is not None:
+        return code
     logs = os.path.abspath(args.dir) + "-spark"
     with spark_cluster.spark_backend(args.spark, logs, processes=args.workers) as spark_env:
         os.environ.update(spark_env)  # this process (the CTAS analysis) and the workers
@@ -235,7 +249,7 @@ def run_demo(args) -> int:
     workdir = os.path.abspath(args.dir)
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    url = "sqlite:" + os.path.join(workdir, "store.sqlite")
+    url = args.store or "sqlite:" + os.path.join(workdir, "store.sqlite")
     os.environ["JOBS_DATA_ROOT"] = os.path.join(workdir, "data")
     db = jobs.open(url)
     ops = operations(db)

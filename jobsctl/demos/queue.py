@@ -4,7 +4,11 @@ Each worker process loops ``accept`` / ``update`` / ``finish``; some jobs are sc
 few seconds ahead and are only taken once due.  At the end every job's final data is read
 back to check that each ran exactly once, and a short summary is printed.
 
-    python -m jobsctl.demos.queue [--jobs N] [--workers K] [--store PATH]
+    python -m jobsctl.demos.queue [--jobs N] [--workers K] [--store URL] [--keep]
+
+Without ``--store`` (and ``$JOBS_STORE``) it runs on a fresh embedded store,
+``.jobs/demo.sqlite``; given a store, under a key prefix of its own there, cleared at the end
+unless ``--keep`` (``jobsctl/scratch.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ import multiprocessing
 import os
 import shutil
 import sys
+import tempfile
 import time
 
 import jobs
 
+from .. import scratch
+
 TYPE = "demo"
+DEFAULT_STORE = os.path.join(".jobs", "demo.sqlite")
 
 
 def _work(n: int) -> int:
@@ -53,7 +61,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m jobsctl.demos.queue", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=3000, help="jobs to add (default 3000)")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
-    parser.add_argument("--store", default=".jobs/demo.sqlite", help="store file (recreated)")
+    parser.add_argument("--store", metavar="URL",
+                        help="store URL (default: $JOBS_STORE, else a fresh .jobs/demo.sqlite); the demo runs "
+                             "under a key prefix of its own there, cleared at the end")
+    parser.add_argument("--keep", action="store_true", help="keep that key prefix (with --store)")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.workers < 1:
         parser.error("--jobs and --workers must be at least 1")
@@ -121,7 +132,13 @@ def _check(infos, log_dir: str, later: float) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    url, log_dir = _fresh_store(args.store)
+    url = scratch.store_url(args.store)
+    if url is None:
+        url, log_dir = _fresh_store(DEFAULT_STORE)
+    elif (code := scratch.rerun("jobsctl.demos.queue", argv, url, label="demo-queue", keep=args.keep)) is not None:
+        return code
+    else:
+        log_dir = tempfile.mkdtemp(prefix="jobs-demo-queue-")
     db = jobs.open(url)
 
     started = time.time()
@@ -146,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if early:
         print(f"jobs with a wrong schedule: {len(early)}")
     db.close()
+    if scratch.in_scratch():
+        shutil.rmtree(log_dir, ignore_errors=True)
     return 0 if not wrong and not early and finished == args.jobs else 1
 
 
