@@ -99,11 +99,11 @@ def worker(url: str, barrier, results, batch: int = 1) -> None:
     with store.opened(url) as db:
         jobs.get_type_timeout(db, TYPE)  # open the store before the clock starts
         barrier.wait()
-        results.put((_drain_one(db, batch), time.monotonic()))
+        results.put((drain_one(db, batch), time.monotonic()))
 
 
-def _drain_one(db, batch: int) -> int:
-    """Accept and finish until the type has no pending job; how many."""
+def drain_one(db, batch: int, type: str = TYPE) -> int:
+    """Accept and finish jobs of ``type`` until it has none pending; how many."""
     done = 0
 
     @jobs.transactional
@@ -112,9 +112,9 @@ def _drain_one(db, batch: int) -> int:
             jobs.finish(tr, job)
 
     while True:
-        taken = jobs.accept_many(db, TYPE, batch, timeout=0)
+        taken = jobs.accept_many(db, type, batch, timeout=0)
         if not taken:
-            if jobs.pending_count(db, TYPE) == 0:
+            if jobs.pending_count(db, type) == 0:
                 break
             continue
         finish_all(db, taken)

@@ -36,6 +36,7 @@ from .api import (
     is_resubmitted,
     pause,
     pending_count,
+    read_ahead,
     release,
     remove,
     resubmit,
@@ -91,6 +92,7 @@ __all__ = [
     # beyond couch_jobs
     "release",
     "is_held",
+    "read_ahead",
     "accept_many",
     "add_many",
     "NewJob",

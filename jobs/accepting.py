@@ -21,7 +21,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from . import checks, counts, fairness, keys, limits, pausing, pending, rates, rows, store_ids
+from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, rates, rows, store_ids
 from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
@@ -79,7 +79,9 @@ class AcceptCall:
         timeout = checks.optional_seconds(timeout, "timeout")
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.lock = new_lock()
-        self._picked: list[str] = []  # ids this call locked in attempts that may have committed
+        # ids this call locked in attempts that may have committed, each once (an id locked by
+        # an attempt that did not commit may be locked again by the next one)
+        self._picked: dict[str, None] = {}
 
     # --- one attempt ---------------------------------------------------------------------
 
@@ -142,7 +144,7 @@ class AcceptCall:
             if row is None or row.state != "pending":
                 admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it
-            self._picked.append(job_id)
+            self._picked[job_id] = None
             # LastLock cleared: once another worker holds the job, a finish repeated with an
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
             # Lost kept: the count belongs to the run, whichever worker takes it next.
@@ -174,12 +176,9 @@ class AcceptCall:
 
     def _already_mine(self, tr) -> list[tuple[str, Row]]:
         """Jobs an earlier attempt of this call locked (its commit happened behind 1021)."""
-        mine = []
-        for job_id in self._picked:
-            row = rows.get(tr, self.type, job_id)
-            if row is not None and row.lock == self.lock:
-                mine.append((job_id, row))
-        return mine
+        with ahead.block(tr, [keys.data_key(self.type, job_id) for job_id in self._picked]):  # (read together)
+            found = [(job_id, rows.get(tr, self.type, job_id)) for job_id in self._picked]
+        return [(job_id, row) for job_id, row in found if row is not None and row.lock == self.lock]
 
     # --- waiting -------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from .reading import (
     pending_count,
 )
 from .type_timeouts import clear_type_timeout, get_type_timeout, get_types, set_type_timeout
-from .worker import accept, accept_many, finish, is_held, is_resubmitted, release, resubmit, update
+from .worker import accept, accept_many, finish, is_held, is_resubmitted, read_ahead, release, resubmit, update
 
 __all__ = [
     "Job",
@@ -60,6 +60,7 @@ __all__ = [
     "NewJob",
     "clear_type_timeout",
     "finish",
+    "read_ahead",
     "get_active_jobs_ids",
     "get_job",
     "get_job_data",

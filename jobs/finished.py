@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from . import failed as failed_index
-from . import counts, keys, rows
+from . import ahead, counts, keys, rows
 from .engine import tuple as fdb_tuple
 from .engine import value_of
 
@@ -34,7 +34,7 @@ KINDS = ("finished", "failed")  # finished without failing; finished failed
 def retained(tr, type: str):
     """Future of the type's retention setting, read with a conflict (present: finishes are
     indexed), so that a finish concurrent with ``set_retention`` retries and is indexed."""
-    return tr.get(keys.retention_key(type))
+    return ahead.read(tr, keys.retention_key(type), shared=True)
 
 
 def mark(tr, type: str, job_id: str, failed: bool, at: float | None = None) -> None:

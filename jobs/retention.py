@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import checks, keys
+from . import ahead, checks, keys
 from .calls import within_store
 from .engine import tuple as fdb_tuple
 from .engine import value_of
@@ -63,6 +63,7 @@ def _store(tr, type: str, raw: bytes | None) -> None:
     current = value_of(tr.get(key))
     if current == raw:
         return
+    ahead.written(tr, key)  # (finishes later in a read_ahead block see the new setting)
     if raw is None:
         tr.clear(key)
         return

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from . import counts, fairness, keys, limits, pending
+from . import ahead, counts, fairness, keys, limits, pending
 from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
@@ -23,7 +23,6 @@ _USER_VERSIONS = 1 << 16
 # transaction -> counter of the user versions it handed out (entries die with it)
 _stamps: "weakref.WeakKeyDictionary[object, itertools.count]" = weakref.WeakKeyDictionary()
 _fallback = itertools.count()
-
 
 def _new_seq(tr) -> Versionstamp:
     """An incomplete versionstamp unique within ``tr`` (its user version counts up)."""
@@ -36,7 +35,7 @@ def _new_seq(tr) -> Versionstamp:
 
 def get(tr, type: str, job_id: str) -> Row | None:
     """The job's row (a conflicting read), or None."""
-    return decode(value_of(tr.get(keys.data_key(type, job_id))), type, job_id)
+    return decode(value_of(ahead.read(tr, keys.data_key(type, job_id))), type, job_id)
 
 
 def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:
@@ -54,7 +53,9 @@ def _layout_for(tr, row: Row) -> None:
 def put(tr, type: str, job_id: str, row: Row) -> None:
     """Write a row that is not running (pending or finished)."""
     _layout_for(tr, row)
-    tr.set(keys.data_key(type, job_id), encode_row(row))
+    key = keys.data_key(type, job_id)
+    ahead.written(tr, key)
+    tr.set(key, encode_row(row))
 
 
 def put_running(tr, type: str, job_id: str, row: Row) -> None:
@@ -62,7 +63,9 @@ def put_running(tr, type: str, job_id: str, row: Row) -> None:
     (``row.seq`` is ignored; clear the previous activity key first)."""
     _layout_for(tr, row)
     seq = _new_seq(tr)
-    tr.set_versionstamped_value(keys.data_key(type, job_id), encode_stamped_row(row, seq))
+    key = keys.data_key(type, job_id)
+    ahead.written(tr, key)
+    tr.set_versionstamped_value(key, encode_stamped_row(row, seq))
     tr.set_versionstamped_key(keys.stamped_activity_key(type, seq), job_id.encode())
     bump_activity(tr, type)
 
@@ -74,7 +77,9 @@ def make_pending_many(tr, type: str, new: list[tuple[str, float, int, bytes]]) -
     keys.upgrade_layout(tr)
     queued = pending.queued_now()
     for job_id, stime, priority, raw in new:
-        tr.set(keys.data_key(type, job_id), encode_row(Row(None, None, stime, False, raw, priority=priority)))
+        key = keys.data_key(type, job_id)
+        ahead.written(tr, key)
+        tr.set(key, encode_row(Row(None, None, stime, False, raw, priority=priority)))
         pending.put_entry(tr, type, priority, stime, job_id, None, queued)
     counts.queued_many(tr, type, [(priority, stime, job_id) for job_id, stime, priority, _raw in new])
     pending.wake(tr, type)
@@ -104,7 +109,9 @@ def stop_running(tr, type: str, job_id: str, row: Row) -> None:
 
 
 def clear(tr, type: str, job_id: str) -> None:
-    tr.clear(keys.data_key(type, job_id))
+    key = keys.data_key(type, job_id)
+    ahead.written(tr, key)
+    tr.clear(key)
 
 
 def clear_activity(tr, type: str, row: Row) -> None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import checks, counts, fairness, pending, rates, rows, store_ids
+from . import ahead, checks, counts, fairness, keys, pending, rates, rows, store_ids
 from . import failed as failed_index
 from . import finished as finished_index
 from .accepting import AcceptCall
 from .calls import not_found, within_store
 from .codec import Row, decode_data, encode_data
 from .engine import value_of
-from .engine.transactional import LastAttempt
+from .engine.transactional import LastAttempt, is_database
 from .errors import ForeignJobError, Halt
 from .job import Job, JobInfo
 
@@ -196,6 +196,19 @@ def is_resubmitted(job: Job) -> bool:
     """Whether the job was flagged to run again, as of the Job's last ``update`` (or the
     ``resubmit`` that returned it)."""
     return _job(job).resubmitted
+
+
+def read_ahead(tr, held):
+    """``with jobs.read_ahead(tr, held):`` the ``update``/``finish``/``is_held``/``release``
+    calls of these Jobs inside the block, in transaction ``tr``, find their rows read
+    already: the reads go out together, one round trip on a cluster instead of one per job
+    (for a worker finishing a batch in one transaction).  Nothing else changes: each call
+    still fences on its own row."""
+    if is_database(tr):
+        raise checks.ArgumentTypeError("read_ahead needs a transaction (its reads belong to it), not a database")
+    held = [_job(job) for job in held]
+    return ahead.block(tr, [keys.data_key(job.type, job.id) for job in held]
+                       + [keys.retention_key(job.type) for job in held])
 
 
 def is_held(tr, job: Job) -> bool:

@@ -8,6 +8,14 @@ those, as many as the lanes run in ``PREFETCH_WINDOW`` seconds at the recent pac
 short jobs go by the dozen per commit, while long ones are taken one at a time and never
 sit in one worker's buffer while another worker idles.  Accepted jobs are held (running,
 heartbeated) from the moment they are taken, and handed back at shutdown if not started.
+
+Pipelined: when what is left in the buffer will run out sooner than an accept takes (on a
+cluster, a few read round trips and a commit's), the next batch is accepted in the
+background (the feeder thread) while the lanes go on running the rest, so they do not stop
+for each commit.  A buffer of one job or none never triggers it: ``prefetch=1`` and long
+jobs still take one job at a time.  Nor does it hold more jobs at once: a batch accepted
+ahead is no larger than ``prefetch`` less the jobs still held (whose outcomes are not
+written yet, or not by this transaction).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ log = logging.getLogger("processors")
 ACCEPT_SLICE = 0.5  # longest blocking accept step, so stop() is seen soon
 PREFETCH_WINDOW = 0.05  # prefetch what the lanes run in this many seconds (at the recent pace)
 ERROR_PAUSE_MAX = 5.0  # longest pause after a store error in the accept loop
-PACE_WEIGHT = 0.2  # weight of the newest run in the moving average of run times
+PACE_WEIGHT = 0.2  # weight of the newest run (and accept) in the moving averages of their times
 
 
 class Acceptor:
@@ -83,16 +91,18 @@ class Feed:
     """The buffer of accepted jobs shared by a processor's ``lanes`` threads.
 
     ``hold(jobs)`` turns accepted jobs into held runs (the processor registers them);
+    ``in_hand()`` counts them (until their outcome is written);
     ``finishes``: the outcomes waiting to be written, written by each accept transaction;
     ``stopping`` ends every ``take``.  A ``jobs.StoreError`` from accepting is kept in
     ``fatal`` (the processor stops with it)."""
 
-    def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, finishes,
+    def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
         self.acceptor = Acceptor(db, types)
         self.lanes = lanes
         self.prefetch = prefetch
         self._hold = hold
+        self._in_hand = in_hand
         self._finishes = finishes
         self._stopping = stopping
         self._stats = stats
@@ -101,7 +111,11 @@ class Feed:
         self._accepting = False
         self._idle = 0  # lanes inside take()
         self._pace = 1.0  # moving average of a run's seconds (pessimistic until measured)
+        self._accept_pace = 0.0  # moving average of an accept's seconds, when it found jobs
         self._pause = 0.0
+        self._feeder: threading.Thread | None = None
+        self._refill = threading.Event()  # the feeder has a batch to accept
+        self._refill_limit = 0
         self.fatal: BaseException | None = None
 
     def take(self):
@@ -115,23 +129,66 @@ class Feed:
                         if self._stopping.is_set() or self.fatal is not None:
                             return None
                         if self._ready:
-                            return self._ready.popleft()
+                            run = self._ready.popleft()
+                            if self._refill_due():
+                                self._start_refill()
+                            return run
                         if not self._accepting:
                             self._accepting = True
                             limit = self._batch_size()
                             break
                         self._cond.wait(ACCEPT_SLICE)
-                runs = []
-                try:
-                    runs = self._accept(limit)
-                finally:
-                    with self._cond:
-                        self._accepting = False
-                        self._ready.extend(runs)
-                        self._cond.notify_all()
+                self._fill(limit)
         finally:
             with self._cond:
                 self._idle -= 1
+
+    def _fill(self, limit: int) -> None:
+        """Accept up to ``limit`` jobs into the buffer (``_accepting`` was set by the caller)."""
+        runs = []
+        began = time.monotonic()
+        try:
+            runs = self._accept(limit)
+        finally:
+            with self._cond:
+                if runs:
+                    self._accept_pace += PACE_WEIGHT * (time.monotonic() - began - self._accept_pace)
+                self._accepting = False
+                self._ready.extend(runs)
+                self._cond.notify_all()
+
+    def _refill_due(self) -> bool:
+        """(Under the lock.)  The buffer runs out sooner than an accept takes, and there is
+        room for more jobs in hand: accept ahead."""
+        return (not self._accepting and len(self._ready) >= 1
+                and len(self._ready) * self._pace < self._accept_pace and self._room(len(self._finishes)) >= 1)
+
+    def _room(self, written: int) -> int:
+        """Jobs a transaction writing ``written`` outcomes may take, ``prefetch`` at most in hand."""
+        return self.prefetch - self._in_hand() + written
+
+    def _start_refill(self) -> None:
+        """(Under the lock.)  Have the feeder thread accept the next batch."""
+        self._accepting = True
+        self._refill_limit = -self._batch_size()  # (negative: ahead, capped by the room)
+        if self._feeder is None:
+            self._feeder = threading.Thread(target=self._feed_loop, name="feeder", daemon=True)
+            self._feeder.start()
+        self._refill.set()
+
+    def _feed_loop(self) -> None:
+        while True:
+            self._refill.wait(ACCEPT_SLICE)
+            self._refill.clear()
+            with self._cond:
+                if self._stopping.is_set() or self.fatal is not None:  # no more accepts
+                    self._accepting = False
+                    self._cond.notify_all()
+                    return
+                if not self._accepting or self._refill_limit >= 0:  # nothing asked of the feeder
+                    continue
+                limit, self._refill_limit = self._refill_limit, 0
+            self._fill(limit)
 
     def empty(self) -> bool:
         return not self._ready
@@ -147,6 +204,7 @@ class Feed:
 
     def stop(self) -> None:
         self.acceptor.wake.set()
+        self._refill.set()
         with self._cond:
             self._cond.notify_all()
 
@@ -155,8 +213,15 @@ class Feed:
         return max(1, min(self.prefetch, max(self._idle, by_pace)))
 
     def _accept(self, limit: int) -> list:
-        """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction."""
+        """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction
+        (``-limit``: a batch ahead, also capped by the room in hand)."""
         batch = self._finishes.take()
+        if limit < 0:
+            limit = min(-limit, self._room(len(batch)))
+            if limit < 1:  # (cannot happen: the room only grew since the refill was due)
+                if batch:
+                    self._finishes.commit(batch)
+                return []
         write, lost = self._finishes.writer(batch) if batch else (None, None)
         began = tracing.clock()
         try:

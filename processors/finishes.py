@@ -119,8 +119,15 @@ class Finishes:
 
 def _write_all(tr, batch: list) -> set:
     """Finish every run of ``batch`` that still holds its job (resubmitted first for a
-    later run); the runs that lost theirs (nothing written for them)."""
+    later run); the runs that lost theirs (nothing written for them).  Their rows are read
+    together (``jobs.read_ahead``): one round trip for the batch on a cluster."""
     lost = set()
+    with jobs.read_ahead(tr, [run.job for run, _outcome, _kind in batch if not run.state.halted.is_set()]):
+        _write_each(tr, batch, lost)
+    return lost
+
+
+def _write_each(tr, batch: list, lost: set) -> None:
     for run, outcome, _kind in batch:
         job = run.job
         if run.state.halted.is_set():  # handed back meanwhile
@@ -133,4 +140,3 @@ def _write_all(tr, batch: list) -> set:
             jobs.finish(tr, job, outcome.data, failed=outcome.failed)  # False: committed already (1021)
         except Halt:  # raised before it wrote anything
             lost.add(run)
-    return lost

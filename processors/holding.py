@@ -48,6 +48,9 @@ class Held:
     def drop(self, run: Run) -> None:
         self._runs.pop((run.job.type, run.job.id), None)
 
+    def __len__(self) -> int:
+        return len(self._runs)
+
     def runs(self) -> list[Run]:
         """A snapshot (other threads add and drop meanwhile)."""
         return list(self._runs.values())
@@ -114,7 +117,8 @@ def _lost_jobs(db, held: Held) -> list[Run]:
     wake = held.on_added()
 
     def check(tr):
-        lost = [r for r in runs if not jobs.is_held(tr, r.job)]
+        with jobs.read_ahead(tr, [r.job for r in runs]):  # (one round trip for them all)
+            lost = [r for r in runs if not jobs.is_held(tr, r.job)]
         return lost, [watch(tr, keys.watches_activity_key(t)) for t in {r.job.type for r in runs}]
 
     try:

@@ -292,7 +292,7 @@ class Processor:
         """Run the lanes until stop() (replacing any that retired), then shut down."""
         finishes = self._outcomes.finishes
         self._feed = feed = Feed(self.db, self.types, concurrency, self.prefetch, hold=self._hold,
-                                 finishes=finishes, stopping=self._stopping, stats=self.stats)
+                                 in_hand=self._held.__len__, finishes=finishes, stopping=self._stopping, stats=self.stats)
         if self._stopping.is_set():  # stop() came before the feed existed
             feed.stop()
         lanes = Lanes(concurrency, feed=feed, handlers=self._handlers, outcomes=self._outcomes, held=self._held,

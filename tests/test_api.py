@@ -41,6 +41,7 @@ EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscri
          "set_retention", "get_retention", "clear_retention", "prune", "Retention"}
 EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls (issue 14)
 EXTRA |= {"add_many", "NewJob"}  # bulk add (issue 17)
+EXTRA |= {"read_ahead"}  # a batch of finishes in one round trip (issue 17)
 
 
 def test_exported_names():
@@ -73,7 +74,8 @@ def test_store_open_errors_are_in_the_tree():
 
 def test_async_twins_cover_the_blocking_calls():
     blocking = {n for n in jobs.__all__ if callable(getattr(jobs, n)) and n[0].islower()}
-    assert set(jobs.aio.__all__) == blocking - {"open", "transactional"}
+    # (read_ahead neither blocks nor takes a database: a block inside a transaction)
+    assert set(jobs.aio.__all__) == blocking - {"open", "transactional", "read_ahead"}
 
 
 # --- composition -------------------------------------------------------------------------
@@ -184,6 +186,25 @@ def test_accept_retried_after_1021_locks_one_job(db, unknown):
     assert jobs.pending_count(db, T) == 2
     assert jobs.get_active_jobs_ids(db, T) == [job.id]
     jobs.finish(db, jobs.update(db, job))  # and the Job holds the lock the store has
+
+
+def test_accept_retried_after_a_lost_commit_and_1021_returns_each_job_once(db):
+    """An attempt that locked the jobs but did not commit (1021, not committed), then one
+    that locked them again and committed behind 1021: the call returns each job once."""
+
+    class Scripted(FaultInjectingDatabase):
+        script = ["unknown_not_committed", "unknown_committed"]
+
+        def _draw(self):
+            return self.script.pop(0) if self.script else None
+
+    for n in range(2):
+        jobs.add(db, T, f"j{n}", {"n": n})
+    faulty = Scripted(db)
+    taken = jobs.accept_many(faulty, T, 5, timeout=0)
+    assert not faulty.script  # both faults happened
+    assert sorted(job.id for job in taken) == ["j0", "j1"]
+    assert sorted(running_ids(db)) == ["j0", "j1"]
 
 
 def test_finish_retried_after_1021_does_not_halt(db, unknown):
