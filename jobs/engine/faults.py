@@ -37,8 +37,9 @@ import threading
 
 from . import errors as E
 from .errors import FDBError
-from .futures import Future, value_of
+from .futures import Future
 from .latency import LateReads, commit_later
+from .wrapping import MUTATORS, READS, WrappedDatabase
 
 FAULTS = {  # name -> code
     "conflict": E.NOT_COMMITTED,
@@ -47,17 +48,7 @@ FAULTS = {  # name -> code
     "too_old": E.TRANSACTION_TOO_OLD,
 }
 
-# Transaction methods that make a commit a writing one.
-_MUTATORS = (
-    "set", "clear", "clear_range", "clear_range_startswith",
-    "add", "max", "min", "bit_and", "bit_or", "bit_xor", "byte_max", "byte_min",
-    "append_if_fits", "compare_and_clear",
-    "set_versionstamped_key", "set_versionstamped_value",
-    "add_write_conflict_key", "add_write_conflict_range",
-)  # fmt: skip
-
-
-class FaultInjectingDatabase:
+class FaultInjectingDatabase(WrappedDatabase):
     """Wraps a database (embedded or ``fdb.Database``); its transactions' commits fail at
     the configured rates (each in [0, 1], summing to at most 1).
 
@@ -76,7 +67,7 @@ class FaultInjectingDatabase:
         commit_latency: float = 0.0,
         read_latency: float = 0.0,
     ):
-        self.db = db
+        super().__init__(db)
         self.commit_latency = _latency("commit_latency", commit_latency)
         self.read_latency = _latency("read_latency", read_latency)
         self.conflict = conflict
@@ -126,49 +117,6 @@ class FaultInjectingDatabase:
     def create_transaction(self) -> "FaultInjectingTransaction":
         return FaultInjectingTransaction(self, self.db.create_transaction())
 
-    # Database shortcuts run their own transactions through the wrapper, so they see faults.
-    def _run(self, fn):
-        from .transactional import run
-
-        return run(self, fn)
-
-    def get(self, key):
-        return self._run(lambda tr: _plain(tr.get(key)))
-
-    def set(self, key, value) -> None:
-        self._run(lambda tr: tr.set(key, value))
-
-    __setitem__ = set
-
-    def clear(self, key) -> None:
-        self._run(lambda tr: tr.clear(key))
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or b"\xff")
-        return self.get(key)
-
-    def __delitem__(self, key) -> None:
-        if isinstance(key, slice):
-            self.clear_range(key.start or b"", key.stop or b"\xff")
-        else:
-            self.clear(key)
-
-    def get_range(self, begin, end, limit=0, reverse=False, **kwargs) -> list:
-        return self._run(lambda tr: list(tr.get_range(begin, end, limit, reverse, **kwargs)))
-
-    def get_range_startswith(self, prefix, *args, **kwargs) -> list:
-        return self._run(lambda tr: list(tr.get_range_startswith(prefix, *args, **kwargs)))
-
-    def clear_range(self, begin, end) -> None:
-        self._run(lambda tr: tr.clear_range(begin, end))
-
-    def clear_range_startswith(self, prefix) -> None:
-        self._run(lambda tr: tr.clear_range_startswith(prefix))
-
-    def __getattr__(self, name):  # close(), path, options, ...: the wrapped database's
-        return getattr(self.db, name)
-
     def __repr__(self) -> str:
         rates = ", ".join(f"{n}={getattr(self, n)}" for n in (*FAULTS, "commit_latency", "read_latency")
                           if getattr(self, n))
@@ -179,11 +127,6 @@ def _latency(name: str, seconds) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0.0 <= seconds < 60.0:
         raise ValueError(f"{name}={seconds!r} must be seconds, at least 0 and below 60")
     return float(seconds)
-
-
-def _plain(value):
-    """``bytes | None`` from a Value future of either engine."""
-    return value_of(value)
 
 
 class FaultInjectingTransaction:
@@ -352,8 +295,8 @@ def _read(name: str):
     return method
 
 
-for _name in _MUTATORS:
+for _name in MUTATORS:
     setattr(FaultInjectingTransaction, _name, _mutator(_name))
-for _name in ("get", "get_key", "get_range", "get_range_startswith", "get_read_version"):
+for _name in READS:
     setattr(FaultInjectingTransaction, _name, _read(_name))
 del _name

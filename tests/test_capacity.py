@@ -1,0 +1,62 @@
+"""The capacity model (``bench/capacity.py``): counted per job on a real store, and the
+model's arithmetic over those counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import capacity
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capacity") / "out.json"
+    assert capacity.main(["--jobs", "40", "--batch", "8", "--gathers", "2", "--processes", "8", "32",
+                          "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_every_transaction_of_a_job_is_counted(result):
+    labels = result["per transaction"]
+    for label in ("add", "accept", "update", "finish"):
+        assert labels[label]["transactions counted"] == 40
+        assert labels[label]["writes"] >= 1 and labels[label]["bytes_written"] > 0
+    assert labels["accept"]["range_reads"] >= 1  # the pending range
+    assert labels["add_many"]["transactions counted"] == 5  # 40 jobs, 8 per transaction
+    gather = labels["status gather"]
+    assert gather["transactions counted"] >= 2 and gather["writes"] == 0 and gather["keys_read"] > 0
+    one = result["paths"]["one per transaction"]["per job"]
+    assert one["transactions"] == 4.0
+    assert result["paths"]["batched"]["per job"]["transactions"] < 1
+
+
+def test_keys_jobs_share_are_found(result):
+    """couch_jobs' activity stamp: every change to a job of the type writes it."""
+    hot = result["paths"]["one per transaction"]["hot keys"]
+    key, per_job = hot["writes"][0]
+    assert "'watches_activity', 'capacity'" in key and per_job == 4.0
+    assert "<id>" not in " ".join(k for k, _ in hot["writes"])  # a job's own keys are not shared
+    assert any("watches_pending" in k for k in result["per transaction"]["add"]["shared keys written"])
+
+
+def test_the_model_is_the_tightest_of_its_limits(result):
+    limits = result["limits"]
+    for path in result["paths"].values():
+        for scope, models in path["model"].items():
+            for n, m in models.items():
+                assert m["jobs_per_s"] == min(m["ceilings"].values())
+                storage = round(int(n) * limits["storage_share"])
+                expected = storage * limits["writes_per_process"] / (limits["replication"] * path["per job"]["writes"])
+                assert m["ceilings"]["storage writes"] == pytest.approx(expected)
+                if scope != "one type":  # a store of many types: no one type's key binds it
+                    assert not any("'capacity'" in k for k in m["ceilings"])
+
+
+def test_bad_arguments_are_refused(capsys):
+    for argv in (["--jobs", "0"], ["--storage-share", "1.5"], ["--replication", "0"], ["--key-limit", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            capacity.main(argv)
+        assert exc.value.code == 2
+    assert "--storage-share" in capsys.readouterr().err
