@@ -33,9 +33,8 @@ serialise), and status counts such a type's ranges until it is done.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import os
+import random
 import weakref
 from dataclasses import dataclass, field
 
@@ -56,22 +55,22 @@ _ONE, _MINUS_ONE = (1).to_bytes(8, "little"), (-1).to_bytes(8, "little", signed=
 _counted: "weakref.WeakKeyDictionary[object, set]" = weakref.WeakKeyDictionary()
 
 
-# transaction -> its shard (entries die with it); shards taken in turn by each process,
-# from a place that depends on the process, so that processes and transactions spread
-# (a transaction's address would not: CPython reuses it for the next one)
+# transaction -> its shard (entries die with it), drawn at random: taking shards in turn
+# made a process that alternates kinds of transactions (accept, finish, accept, ...) put
+# each kind on half of the shards (bench/capacity.py saw 4 of 8 used)
 _shards: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
-_turn = itertools.count(os.getpid())
 
 
 def shard(tr) -> int:
-    """The one shard of every counter ``tr`` adds to (``rates.py``'s too)."""
+    """The one shard of every counter ``tr`` adds to (``rates.py``'s too), so that its adds
+    to one counter merge into one write."""
     try:
         found = _shards.get(tr)
         if found is None:
-            found = _shards[tr] = next(_turn) % SHARDS
+            found = _shards[tr] = random.randrange(SHARDS)
         return found
     except TypeError:  # not weak-referenceable: a shard per call
-        return next(_turn) % SHARDS
+        return random.randrange(SHARDS)
 
 
 def _delta(n: int) -> bytes:

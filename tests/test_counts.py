@@ -5,6 +5,7 @@ times the jobs."""
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 
@@ -13,6 +14,7 @@ import pytest
 import jobs
 from jobs import activity, counts, keys, recount, status, status_ranges
 from jobs.engine import tuple as fdb_tuple
+from jobs.engine.counting import CountingDatabase
 from jobs.engine.transactional import run
 from monitor import ActivityMonitor
 from monitor.retention import Pruner
@@ -218,12 +220,25 @@ def test_a_gather_reads_as_many_keys_at_ten_times_the_jobs(db, monkeypatch, keye
     assert read[1] <= read[0] + 10
 
 
-def test_one_process_spreads_its_transactions_over_every_shard(db):
-    """Each transaction adds to one shard, the next transaction to the next one (a
-    transaction's address, which CPython reuses, would not spread them)."""
+def test_every_kind_of_transaction_spreads_over_every_shard(db):
+    """Each transaction adds to one shard, drawn at random: a process alternating accepts
+    and finishes spreads each over every shard (taking shards in turn put each kind on
+    half of them; a transaction's address, which CPython reuses, would not spread them)."""
+    n = 800  # 100 per shard on average; the bound below is 5 standard deviations away
     jobs.set_type_timeout(db, T, 60)
-    for i in range(2 * counts.SHARDS):
-        jobs.add(db, T, f"j{i}")
-    r = keys.COUNTS[T]["asap"].range()
-    shards = {keys.COUNTS.unpack(k)[-1] for k, _v in db.get_range(r.start, r.stop)}
-    assert shards == set(range(counts.SHARDS))
+    jobs.add_many(db, T, [f"j{i}" for i in range(n)])
+    counted = CountingDatabase(db)
+    for _ in range(n):
+        with counted.label("accept"):
+            job = jobs.accept(counted, T, timeout=0)
+        with counted.label("finish"):
+            jobs.finish(counted, job)
+    running = keys.COUNTS[T]["running"]
+    used = {"accept": collections.Counter(), "finish": collections.Counter()}
+    for tally in counted.take():
+        for w in tally.mutations():
+            if running.contains(w.key):
+                used[tally.label][running.unpack(w.key)[-1]] += 1
+    for label, shards in used.items():
+        assert set(shards) == set(range(counts.SHARDS)), label
+        assert min(shards.values()) >= n / counts.SHARDS / 2, (label, shards)
