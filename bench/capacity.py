@@ -33,12 +33,14 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 import jobs  # noqa: E402
 from bench import bench_engine  # noqa: E402
 from bench import capacity_model as model  # noqa: E402
+from bench import capacity_sim  # noqa: E402
 from jobs import status as status_mod  # noqa: E402
 from jobs.engine.counting import CountingDatabase  # noqa: E402
 from jobs.engine.transactional import run as run_transaction  # noqa: E402
 from jobsctl import scratch  # noqa: E402
 
 TYPE = "capacity"
+SIM_TYPE = "capacity-sim"  # the simulation's type: a type of its own, as fresh as TYPE was
 ID = "cap-{:07d}"  # (bench/capacity_model.py tells a job's own keys by this prefix)
 ID_BATCHED = "cap-b{:07d}"
 PATHS = {  # path -> the labels a job of it goes through
@@ -111,9 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     model.add_arguments(p)
     p.add_argument("--store", metavar="URL", help="default: $JOBS_STORE, else a fresh embedded store file")
     p.add_argument("--json", metavar="FILE", help="also write the counts and the model as JSON")
+    p.add_argument("--simulate", type=int, default=0, metavar="WORKERS",
+                   help="also run the jobs through this many concurrent worker threads and compare "
+                        "each shared key's measured writes/s with the model's")
     args = p.parse_args(argv)
-    if min(args.jobs, args.batch, args.gathers) < 1:
-        p.error("--jobs, --batch and --gathers must be at least 1")
+    if min(args.jobs, args.batch, args.gathers) < 1 or args.simulate < 0:
+        p.error("--jobs, --batch and --gathers must be at least 1, --simulate at least 0")
     model.check_arguments(p, args)
     args.store = scratch.store_url(args.store)
     if args.store is not None and (code := scratch.rerun("bench.capacity", argv, args.store,
@@ -123,10 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jobs-capacity-") as directory:
         url = bench_engine.fresh_store(directory, "capacity.sqlite", args.store)
         by_label = count(url, args.jobs, args.batch, args.gathers)
-    result = model.build(by_label, PATHS, args, jobs_per_path=args.jobs, type=TYPE)
+        result = model.build(by_label, PATHS, args, jobs_per_path=args.jobs, type=TYPE)
+        if args.simulate:
+            sim = capacity_sim.simulate(url, SIM_TYPE, args.simulate, args.jobs)
+            one = {"hot keys": {"writes": [(k.replace(repr(TYPE), repr(SIM_TYPE)), r) for k, r in
+                                           result["paths"]["one per transaction"]["hot keys"]["writes"]]}}
+            result["simulation"] = capacity_sim.compare(sim, one) | {"workers": args.simulate}
     result["settings"] = {"jobs": args.jobs, "batch": args.batch, "gathers": args.gathers,
                           "store": args.store or "a fresh embedded store", "seconds": round(time.monotonic() - began, 1)}
     print(model.report(result))
+    if args.simulate:
+        print("\n" + capacity_sim.report(result["simulation"], args.simulate))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -60,3 +60,15 @@ def test_bad_arguments_are_refused(capsys):
             capacity.main(argv)
         assert exc.value.code == 2
     assert "--storage-share" in capsys.readouterr().err
+
+
+def test_a_simulation_measures_what_the_model_predicts(tmp_path):
+    """Concurrent workers write each shared key as often per job as the sequential count
+    says (the activity stamp: exactly once per transaction that changes a job)."""
+    out = tmp_path / "sim.json"
+    assert capacity.main(["--jobs", "60", "--gathers", "1", "--processes", "8", "--simulate", "4",
+                          "--json", str(out)]) == 0
+    sim = json.loads(out.read_text())["simulation"]
+    assert sim["jobs"] == 60 and sim["workers"] == 4 and sim["jobs_per_s"] > 0
+    [(measured, predicted)] = [(m, p) for key, m, p in sim["keys"] if key.endswith("'watches_activity', 'capacity-sim')")]
+    assert measured == pytest.approx(predicted) and measured == pytest.approx(4 * sim["jobs_per_s"])
