@@ -8,6 +8,8 @@ by itself and in batches as the ``Processor`` runs them:
 * one per transaction: ``add``, ``accept``, ``update``, ``finish``;
 * batched: ``add_many`` of ``--batch``, ``accept_many`` of ``--batch``, the batch finished
   in one transaction under ``read_ahead``;
+* the two mixed as most deployments run them: an application adding jobs one per
+  transaction, a ``Processor`` taking and finishing them in batches;
 
 and ``jobs status`` gathers.  From the counts per job and FoundationDB's published limits
 (``bench/capacity_model.py``) it writes the jobs/s one type reaches on clusters of
@@ -46,6 +48,7 @@ ID_BATCHED = "cap-b{:07d}"
 PATHS = {  # path -> the labels a job of it goes through
     "one per transaction": ("add", "accept", "update", "finish"),
     "batched": ("add_many", "accept_many", "finish batch"),
+    "added one by one, run batched": ("add", "accept_many", "finish batch"),  # an app adding, a Processor
 }
 
 

@@ -11,13 +11,22 @@ import time
 from . import keys, rows
 from .codec import Lost, Row
 from .engine import Versionstamp, value_of
+from .engine.transactional import watch as watch_key
 
 _LAST_USER_VERSION = 0xFFFF
 
 
 def last_activity(tr, type: str) -> bytes | None:
-    """The 10-byte versionstamp of the type's last activity (or job change), or None."""
-    return value_of(tr.get(keys.watches_activity_key(type)))
+    """The 10-byte versionstamp of the type's last activity (or job change), or None: the
+    newest of its ``watches_activity`` shards (and of the one key of layouts 1-5)."""
+    begin, end = keys.watches_activity_range(type)
+    return max((bytes(kv.value) for kv in tr.get_range(begin, end)), default=None)
+
+
+def watch(tr, type: str) -> list:
+    """Watches that fire on the type's next activity (one per key it may be stamped on; wait
+    for any, after commit)."""
+    return [watch_key(tr, key) for key in keys.watches_activity_keys(type)]
 
 
 def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bool]:

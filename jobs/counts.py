@@ -55,22 +55,23 @@ _ONE, _MINUS_ONE = (1).to_bytes(8, "little"), (-1).to_bytes(8, "little", signed=
 _counted: "weakref.WeakKeyDictionary[object, set]" = weakref.WeakKeyDictionary()
 
 
-# transaction -> its shard (entries die with it), drawn at random: taking shards in turn
-# made a process that alternates kinds of transactions (accept, finish, accept, ...) put
-# each kind on half of the shards (bench/capacity.py saw 4 of 8 used)
-_shards: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
+# transaction -> a number drawn at random for it (entries die with it), which picks its
+# shards: taking shards in turn made a process that alternates kinds of transactions
+# (accept, finish, accept, ...) put each kind on half of them (bench/capacity.py saw 4 of 8)
+_draws: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 
 
-def shard(tr) -> int:
-    """The one shard of every counter ``tr`` adds to (``rates.py``'s too), so that its adds
-    to one counter merge into one write."""
+def shard(tr, shards: int | None = None) -> int:
+    """The one shard (of ``shards``, default ``SHARDS``) of every counter ``tr`` adds to (``rates.py``'s too)
+    and of the keys it stamps (``rows.bump_activity``), so that its writes to one of them
+    merge into one write."""
     try:
-        found = _shards.get(tr)
+        found = _draws.get(tr)
         if found is None:
-            found = _shards[tr] = random.randrange(SHARDS)
-        return found
-    except TypeError:  # not weak-referenceable: a shard per call
-        return random.randrange(SHARDS)
+            found = _draws[tr] = random.getrandbits(32)
+    except TypeError:  # not weak-referenceable: a draw per call
+        found = random.getrandbits(32)
+    return found % (SHARDS if shards is None else shards)
 
 
 def _delta(n: int) -> bytes:

@@ -6,7 +6,9 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "pending", Type, Priority, STime, JobId) = enqueue time (layout 3)
     ("jobs", "pending", Type, STime, JobId)  = enqueue time or b"": a legacy entry (layouts 1-2)
     ("jobs", "watches_pending", Type)        = 8-byte little-endian counter (atomic add)
-    ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change
+    ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change (layouts 1-5)
+    ("jobs", "watches_activity", Type, Shard) = the same, one of ACTIVITY_SHARDS keys (layout 6):
+                                               the type's last change is the newest of them
     ("jobs", "activity_timeout", Type)       = (seconds,)
     ("jobs", "activity", Type, Seq)          = JobId as UTF-8
     ("jobs", "failed", Type, JobId)          = (at, reason): finished failed (layout 2)
@@ -67,7 +69,11 @@ limits (``limits``, ``slots``, ``starts``: ``limits.py``; keyed or limited rows 
 fields, ``codec.py``), and, which older releases ignore (writing them upgrades nothing), the
 per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).  Layout 5
 adds the ``counts`` of jobs by state, and puts every failed job in the ``finished`` index;
-upgrading to it records the types to count in ``recount`` (``counts.py``).
+upgrading to it records the types to count in ``recount`` (``counts.py``).  Layout 6 spreads
+a type's activity stamp over ``ACTIVITY_SHARDS`` keys (a transaction stamps one): stamped
+by every change to a job, the one key of layouts 1-5 was the first key of a cluster to
+saturate (``bench/capacity.py``).  Readers take the newest stamp of the shards and of the
+old key; watchers watch them all.
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -90,7 +96,8 @@ from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 from .layouts import Layout
 
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
+ACTIVITY_SHARDS = 16  # keys a type's activity stamp is spread over (layout 6)
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
 
@@ -104,10 +111,10 @@ def _to_layout_5(tr) -> None:
         begin = DATA[type].range().stop
 
 
-# Layouts 3 to 5 read the stores of layouts 1 to 4 as they are (legacy pending entries
-# included); upgrading to 5 records the types whose jobs are to be counted.
+# Layouts 3 to 6 read the stores of layouts 1 to 5 as they are (legacy pending entries and
+# activity stamps included); upgrading to 5 records the types whose jobs are to be counted.
 LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError,
-                newer=LayoutError, migrations={1: None, 2: None, 3: None, 4: _to_layout_5})
+                newer=LayoutError, migrations={1: None, 2: None, 3: None, 4: _to_layout_5, 5: None})
 ROOT = LAYOUT.space
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
@@ -250,8 +257,21 @@ def watches_pending_key(type: str) -> bytes:
     return WATCHES_PENDING.pack((type,))
 
 
-def watches_activity_key(type: str) -> bytes:
-    return WATCHES_ACTIVITY.pack((type,))
+def watches_activity_key(type: str, shard: int | None = None) -> bytes:
+    """The activity stamp ``shard`` of the type (None: the one key of layouts 1-5)."""
+    return WATCHES_ACTIVITY.pack((type,) if shard is None else (type, shard))
+
+
+def watches_activity_keys(type: str) -> list[bytes]:
+    """Every key that may hold the type's activity stamp: the one of layouts 1-5 (an older
+    process may still write it) and the shards."""
+    return [watches_activity_key(type)] + [watches_activity_key(type, i) for i in range(ACTIVITY_SHARDS)]
+
+
+def watches_activity_range(type: str) -> tuple[bytes, bytes]:
+    """The keys of :func:`watches_activity_keys` (and nothing else) as one range."""
+    begin = watches_activity_key(type)
+    return begin, strinc(begin)
 
 
 def timeout_key(type: str) -> bytes:

@@ -1,8 +1,8 @@
 """The notifier behind ``jobs.subscribe`` / ``jobs.wait`` / ``jobs.unsubscribe``.
 
-One notifier thread per database per process holds one watch per job type with
-subscribers (on ``watches_activity/Type``, which every change to a job of the type stamps),
-so thousands of subscriptions cost one watch each type.  When a watch fires (or a
+One notifier thread per database per process holds one set of watches per job type with
+subscribers (on the type's ``watches_activity`` keys, one of which every change to a job of
+the type stamps: ``activity.watch``), so thousands of subscriptions cost one set each type.  When a watch fires (or a
 subscription is added) it re-reads the subscribed jobs' rows in one snapshot transaction
 and queues an :class:`Event` for each job whose state or last activity changed: pending ->
 running (again for each update while running) -> finished, or ``not_found`` once removed.
@@ -20,12 +20,11 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from . import keys, rows
+from . import activity, keys, rows
 from .codec import decode_data, decode_row
 from .engine import error_code, value_of
 from .engine.errors import OPERATION_CANCELLED
 from .engine.transactional import run as run_transaction
-from .engine.transactional import watch
 from .errors import NotFound
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)
@@ -120,7 +119,8 @@ class Notifier:
             self.cond.notify_all()
 
     def _poll(self, tr, subs: list[Subscription]):
-        """Read the subscribed rows; queue events for changes; return one watch per type."""
+        """Read the subscribed rows; queue events for changes; return the watches of each
+        type's activity (one set per type)."""
         snap = tr.snapshot
         found = [(sub, value_of(snap.get(keys.data_key(sub.type, sub.id)))) for sub in subs]
         events = []
@@ -145,7 +145,7 @@ class Notifier:
                     self._subs.remove(sub)
             if events:
                 self.cond.notify_all()
-        return [watch(tr, keys.watches_activity_key(t)) for t in {s.type for s in subs}]
+        return [w for t in {s.type for s in subs} for w in activity.watch(tr, t)]
 
 
 _notifiers: "weakref.WeakKeyDictionary[object, Notifier]" = weakref.WeakKeyDictionary()

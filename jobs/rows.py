@@ -2,8 +2,8 @@
 ``watches_activity``.
 
 Every change to a running job stamps its row's Seq and its activity key ``(Type, Seq)`` with
-one versionstamp of the commit, and stamps ``watches_activity/Type`` (what the activity
-monitor and the notifier watch).  Several running rows may be stamped in one transaction
+one versionstamp of the commit, and stamps one of the type's ``watches_activity`` shards
+(what the activity monitor, the notifier and the processors watch: ``activity.py``).  Several running rows may be stamped in one transaction
 (a worker updating two jobs together): each gets its own versionstamp *user version*, so
 their activity keys stay distinct (in couch_jobs the second would overwrite the first).
 """
@@ -121,8 +121,10 @@ def clear_activity(tr, type: str, row: Row) -> None:
 
 
 def bump_activity(tr, type: str) -> None:
-    """Stamp ``watches_activity/Type``: wakes monitors and subscribers of the type."""
-    tr.set_versionstamped_value(keys.watches_activity_key(type), _STAMP_AT_0)
+    """Stamp the type's activity (one of its ``watches_activity`` shards, the same for all
+    of ``tr``'s stamps): wakes monitors and subscribers of the type."""
+    keys.upgrade_layout(tr)  # (a layout-5 release would not see the stamp)
+    tr.set_versionstamped_value(keys.watches_activity_key(type, counts.shard(tr, keys.ACTIVITY_SHARDS)), _STAMP_AT_0)
 
 
 def scan(tr, type: str | None = None):

@@ -18,9 +18,8 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import Halt, keys
+from jobs import Halt, activity
 from jobs.engine.transactional import run as run_transaction
-from jobs.engine.transactional import watch
 
 from .run import Run
 
@@ -97,8 +96,8 @@ async def _beat(run: Run) -> None:
 
 async def watch_lost(db, held: Held) -> None:
     """Halt the handlers of jobs that were removed or re-enqueued as soon as that
-    happens, not at their next heartbeat: one watch per type of the held jobs (every
-    job change stamps it), re-checking the held jobs at most every LOST_CHECK s."""
+    happens, not at their next heartbeat: the activity watches of each type of the held
+    jobs (every job change stamps one), re-checking the held jobs at most every LOST_CHECK s."""
     while True:
         lost = await anyio.to_thread.run_sync(_lost_jobs, db, held)
         for run in lost:
@@ -119,7 +118,7 @@ def _lost_jobs(db, held: Held) -> list[Run]:
     def check(tr):
         with jobs.read_ahead(tr, [r.job for r in runs]):  # (one round trip for them all)
             lost = [r for r in runs if not jobs.is_held(tr, r.job)]
-        return lost, [watch(tr, keys.watches_activity_key(t)) for t in {r.job.type for r in runs}]
+        return lost, [w for t in {r.job.type for r in runs} for w in activity.watch(tr, t)]
 
     try:
         lost, watches = run_transaction(db, check)

@@ -13,7 +13,7 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import keys, rows
+from jobs import activity, keys, rows
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.errors import COMMIT_UNKNOWN_RESULT, FDBError
 from jobs.engine.faults import FaultInjectingDatabase
@@ -321,7 +321,7 @@ def test_running_row_and_activity_key_share_the_versionstamp(db):
     row = read_row(db, "j")
     assert row.seq is not None and row.seq.is_complete()
     assert activity_seqs(db) == [row.seq]
-    stamp = db.get(keys.watches_activity_key(T))
+    stamp = jobs.transactional(activity.last_activity)(db, T)
     assert stamp == row.seq.tr_version  # watches_activity: stamped by the same commit
 
     jobs.update(db, job)

@@ -205,6 +205,7 @@ def test_a_gather_reads_as_many_keys_at_ten_times_the_jobs(db, monkeypatch, keye
     last hour's wait buckets (``rates.py``) that the second round's waits may fill."""
     monkeypatch.setattr(status_ranges, "SAMPLE", 20)
     monkeypatch.setattr(counts, "SHARDS", 1)  # (which shards a round writes is not the point)
+    monkeypatch.setattr(keys, "ACTIVITY_SHARDS", 1)
     jobs.set_type_timeout(db, T, 60)
     read = []
     for total in (200, 2000):

@@ -287,10 +287,12 @@ def test_a_monitor_backfills_an_old_store(db):
 
 def job_keys(db) -> int:
     """The job layer's keys but the per-minute rate counters (``jobs/rates.py``: bounded by
-    time, an hour's worth, not by jobs; ``test_rates.py`` checks that they go) and the job
+    time, an hour's worth, not by jobs; ``test_rates.py`` checks that they go), the job
     counters (``jobs/counts.py``: bounded by shards, priorities and scheduled minutes, which
-    ``test_counts.py`` checks are pruned)."""
-    return sum(1 for k, _v in snapshot(db) if not k.startswith((keys.RATES.key(), keys.COUNTS.key())))
+    ``test_counts.py`` checks are pruned) and the activity stamps (bounded by their shards:
+    ``test_activity_shards.py``)."""
+    skip = (keys.RATES.key(), keys.COUNTS.key(), keys.WATCHES_ACTIVITY.key())
+    return sum(1 for k, _v in snapshot(db) if not k.startswith(skip))
 
 
 def test_store_size_stays_flat_under_a_steady_workload(db):

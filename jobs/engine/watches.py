@@ -29,6 +29,7 @@ class Watches:
     POLL_MAX = 0.004
     BELL_SAFETY = 0.25
     BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
+    CHECK_BATCH = 500  # watched keys re-read per statement
 
     def __init__(self, db, use_doorbell: bool = True):
         self._db = db
@@ -154,10 +155,11 @@ class Watches:
             return poked, list(self._armed)
 
     def _check(self, conn, keys: list[bytes]) -> None:
-        current = {}
-        for key in keys:
-            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            current[key] = row[0] if row else None
+        current = dict.fromkeys(keys)  # absent keys: None
+        for i in range(0, len(keys), self.CHECK_BATCH):  # one statement for many keys (a
+            batch = keys[i:i + self.CHECK_BATCH]  # type's activity shards are 17 keys)
+            marks = ",".join("?" * len(batch))
+            current.update(conn.execute(f"SELECT k, v FROM kv WHERE k IN ({marks})", batch).fetchall())
         fired = []
         with self._cond:
             for key, value in current.items():

@@ -1,0 +1,88 @@
+"""Layout 6: a type's activity stamp spread over ``keys.ACTIVITY_SHARDS`` keys, so that no
+one key takes a write from every change to a job of the type (``bench/capacity.py``).
+Readers take the newest stamp; watchers wake on a stamp of any shard, and of the one key
+that releases of layouts 1-5 stamp."""
+
+from __future__ import annotations
+
+import time
+
+import jobs
+from jobs import activity, keys, rows
+from jobs.engine import tuple as fdb_tuple
+from jobs.engine.transactional import run
+
+T = "sharded"
+_STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")
+
+
+def _stamps(db) -> dict[bytes, bytes]:
+    begin, end = keys.watches_activity_range(T)
+    return {bytes(k): bytes(v) for k, v in db.get_range(begin, end)}
+
+
+def _layout(db) -> int:
+    return fdb_tuple.unpack(db.get(keys.LAYOUT_KEY))[0]
+
+
+def test_changes_stamp_the_shards_and_the_newest_stamp_is_the_last_change(db):
+    jobs.set_type_timeout(db, T, 60)
+    for i in range(40):
+        jobs.add(db, T, f"j{i}")
+    stamps = _stamps(db)
+    assert keys.watches_activity_key(T) not in stamps  # the layout-5 key: never written now
+    assert 4 <= len(stamps) <= keys.ACTIVITY_SHARDS
+    assert set(stamps) <= {keys.watches_activity_key(T, i) for i in range(keys.ACTIVITY_SHARDS)}
+    job = jobs.accept(db, T, timeout=0)
+    last = run(db, activity.last_activity, T)
+    assert last == max(_stamps(db).values()) == run(db, rows.get, T, job.id).seq.tr_version  # the accept's
+    assert _layout(db) == keys.LAYOUT_VERSION == 6
+
+
+def test_a_layout_5_stamp_is_read_until_a_newer_one_and_the_first_change_upgrades(db):
+    jobs.set_type_timeout(db, T, 60)
+    jobs.add(db, T, "a")
+
+    def as_layout_5(tr):  # what a release of layout 5 leaves: its one stamp key
+        begin, end = keys.watches_activity_range(T)
+        tr.clear_range(begin, end)
+        tr.set_versionstamped_value(keys.watches_activity_key(T), _STAMP_AT_0)
+        tr.set(keys.LAYOUT_KEY, fdb_tuple.pack((5,)))
+
+    run(db, as_layout_5)
+    keys.LAYOUT.checked.clear()  # this process opens the store anew
+    old = run(db, activity.last_activity, T)
+    assert old is not None and _layout(db) == 5  # read as it is; reading wrote nothing
+    jobs.add(db, T, "b")
+    new = run(db, activity.last_activity, T)
+    assert new > old and _layout(db) == 6
+    assert _stamps(db)[keys.watches_activity_key(T)] == old  # kept: the newest stamp wins
+
+
+def _armed(db) -> list:
+    return run(db, activity.watch, T)
+
+
+def _fires(watches, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any(w.is_ready() for w in watches):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_watches_fire_on_a_stamp_of_any_shard_or_of_the_old_key(db):
+    jobs.set_type_timeout(db, T, 60)
+    jobs.add(db, T, "a")
+    watches = _armed(db)
+    assert len(watches) == keys.ACTIVITY_SHARDS + 1 and not any(w.is_ready() for w in watches)
+    jobs.add(db, T, "b")  # stamps one shard
+    assert _fires(watches)
+    for w in watches:
+        w.cancel()
+    watches = _armed(db)
+    run(db, lambda tr: tr.set_versionstamped_value(keys.watches_activity_key(T), _STAMP_AT_0))  # an older process
+    assert _fires(watches)
+    for w in watches:
+        w.cancel()
