@@ -181,15 +181,18 @@ def build(by_label: dict, paths: dict, args, jobs_per_path: int, type: str) -> d
     for path, names in paths.items():
         tallies = [t for label in names for t in by_label.get(label, [])]
         work, hot = per_unit(tallies, jobs_per_path), hot_keys(tallies, jobs_per_path)
-        models = {scope: {n: _bound(ceilings(work, hot, n, args, type)) for n in args.processes}
+        models = {scope: {n: _bound(ceilings(work, hot, n, args, type), hot) for n in args.processes}
                   for scope, type in (("one type", None), ("one store, many types", type))}
         result["paths"][path] = {"labels": list(names), "per job": work, "hot keys": hot, "model": models}
     return result
 
 
-def _bound(limits: dict) -> dict:
+def _bound(limits: dict, hot: dict) -> dict:
+    """The tightest of ``limits``, and the busiest key written at that many jobs/s."""
     binding = min(limits, key=limits.get)
-    return {"jobs_per_s": limits[binding], "binding": binding, "ceilings": limits}
+    key, per_job = max(hot["writes"], key=lambda kr: kr[1], default=(None, 0.0))
+    return {"jobs_per_s": limits[binding], "binding": binding, "ceilings": limits,
+            "busiest key": key, "busiest key writes_per_s": per_job * limits[binding]}
 
 
 def report(result: dict) -> str:
@@ -214,12 +217,14 @@ def report(result: dict) -> str:
         out += [f"- written by jobs in common: {key}: {rate:.3f} writes per job" for key, rate in p["hot keys"]["writes"][:6]]
         out += [f"- read by jobs in common: {key}: {rate:.3f} reads per job" for key, rate in p["hot keys"]["reads"][:4]]
         out += [f"- read with a conflict and written: {key}: {rate:.3f} per job" for key, rate in p["hot keys"]["contended"]]
-        out += ["", "| jobs of | processes | jobs/s (model) | bound by | next limit |", "|---|---:|---:|---|---|"]
+        out += ["", "| jobs of | processes | jobs/s (model) | bound by | next limit | busiest key written, writes/s |",
+                "|---|---:|---:|---|---|---|"]
         for scope, models in p["model"].items():
             for n, m in models.items():
                 rest = sorted((v, k) for k, v in m["ceilings"].items() if k != m["binding"])
                 nxt = f"{rest[0][1]}: {rest[0][0]:,.0f}" if rest else "-"
-                out.append(f"| {scope} | {n} | {m['jobs_per_s']:,.0f} | {m['binding']} | {nxt} |")
+                busiest = f"{m['busiest key']}: {m['busiest key writes_per_s']:,.0f}" if m["busiest key"] else "-"
+                out.append(f"| {scope} | {n} | {m['jobs_per_s']:,.0f} | {m['binding']} | {nxt} | {busiest} |")
     out += ["", f"Limits: {lim['writes_per_process']:,.0f} writes/s and {lim['reads_per_process']:,.0f} reads/s per storage "
             f"process, replication {lim['replication']}, {lim['key_limit']:,.0f} writes/s per key, "
             f"{lim['storage_share']:.0%} of processes storage, {lim['commit_latency_ms']} ms per conflicting commit."]

@@ -5,10 +5,9 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock[, Worker, Lost[, Priority]])
     ("jobs", "pending", Type, Priority, STime, JobId) = enqueue time (layout 3)
     ("jobs", "pending", Type, STime, JobId)  = enqueue time or b"": a legacy entry (layouts 1-2)
-    ("jobs", "watches_pending", Type)        = 8-byte little-endian counter (atomic add)
-    ("jobs", "watches_activity", Type)       = 10-byte versionstamp of the last change (layouts 1-5)
-    ("jobs", "watches_activity", Type, Shard) = the same, one of ACTIVITY_SHARDS keys (layout 6):
-                                               the type's last change is the newest of them
+    ("jobs", "watches_pending", Type, Shard) = 8-byte little-endian counter (atomic add): one of 16
+                                               an enqueue bumps (layouts 1-5: no Shard, one key)
+    ("jobs", "watches_activity", Type, Shard) = 10-byte versionstamp of a change (the same)
     ("jobs", "activity_timeout", Type)       = (seconds,)
     ("jobs", "activity", Type, Seq)          = JobId as UTF-8
     ("jobs", "failed", Type, JobId)          = (at, reason): finished failed (layout 2)
@@ -70,10 +69,10 @@ fields, ``codec.py``), and, which older releases ignore (writing them upgrades n
 per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).  Layout 5
 adds the ``counts`` of jobs by state, and puts every failed job in the ``finished`` index;
 upgrading to it records the types to count in ``recount`` (``counts.py``).  Layout 6 spreads
-a type's activity stamp over ``ACTIVITY_SHARDS`` keys (a transaction stamps one): stamped
-by every change to a job, the one key of layouts 1-5 was the first key of a cluster to
-saturate (``bench/capacity.py``).  Readers take the newest stamp of the shards and of the
-old key; watchers watch them all.
+the activity stamp and the pending wake of a type over 16 keys each (a transaction writes
+one of each; the single keys of layouts 1-5 were a cluster's first to saturate:
+``bench/capacity.py``); readers take the newest stamp, watchers watch every key
+(waiting accepts share one set per process: ``wakeups.py``).
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -98,6 +97,7 @@ from .layouts import Layout
 
 LAYOUT_VERSION = 6
 ACTIVITY_SHARDS = 16  # keys a type's activity stamp is spread over (layout 6)
+PENDING_SHARDS = 16  # keys a type's pending wake is spread over (layout 6)
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
 
@@ -253,18 +253,23 @@ def pending_entry(key: bytes) -> tuple[int | None, float, str]:
     return (LEGACY, *fields[1:]) if len(fields) == 3 else fields[1:]
 
 
-def watches_pending_key(type: str) -> bytes:
-    return WATCHES_PENDING.pack((type,))
+def watches_pending_key(type: str, shard: int | None = None) -> bytes:
+    """The type's pending wake ``shard`` (None: the one key of layouts 1-5)."""
+    return WATCHES_PENDING.pack((type,) if shard is None else (type, shard))
 
 
 def watches_activity_key(type: str, shard: int | None = None) -> bytes:
-    """The activity stamp ``shard`` of the type (None: the one key of layouts 1-5)."""
+    """The type's activity stamp ``shard`` (None: the one key of layouts 1-5)."""
     return WATCHES_ACTIVITY.pack((type,) if shard is None else (type, shard))
 
 
+def watches_pending_keys(type: str) -> list[bytes]:
+    """Every key a wake of the type may bump: the one of layouts 1-5 (an older process may
+    still bump it) and the shards (the same for :func:`watches_activity_keys`)."""
+    return [watches_pending_key(type)] + [watches_pending_key(type, i) for i in range(PENDING_SHARDS)]
+
+
 def watches_activity_keys(type: str) -> list[bytes]:
-    """Every key that may hold the type's activity stamp: the one of layouts 1-5 (an older
-    process may still write it) and the shards."""
     return [watches_activity_key(type)] + [watches_activity_key(type, i) for i in range(ACTIVITY_SHARDS)]
 
 

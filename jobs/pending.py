@@ -24,11 +24,10 @@ import uuid
 import weakref
 from itertools import takewhile
 
-from . import counts, keys
+from . import counts, keys, wakeups
 from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import run
-from .engine.transactional import watch as watch_key
 
 MIGRATION_BATCH = 1000  # legacy pending entries moved per transaction (~100 kB of writes)
 SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
@@ -64,8 +63,10 @@ def put_entry(tr, type: str, priority: int, stime: float, job_id: str, key: str 
 
 
 def wake(tr, type: str) -> None:
-    """Wake the accepts waiting for jobs of ``type`` (a job was enqueued, the type resumed)."""
-    tr.add(keys.watches_pending_key(type), _ONE)
+    """Wake the accepts waiting for jobs of ``type`` (a job was enqueued, the type resumed):
+    bump one of its wake shards, the same for all of ``tr``'s wakes."""
+    keys.upgrade_layout(tr)  # (a layout-5 release would not see it)
+    tr.add(keys.watches_pending_key(type, counts.shard(tr, keys.PENDING_SHARDS)), _ONE)
 
 
 def queued_at(value: bytes) -> float | None:
@@ -351,7 +352,8 @@ def migrate_type(db, type: str, batch: int = MIGRATION_BATCH) -> int:
 
 def watch(tr, type: str):
     """Watch that fires when a job of ``type`` is enqueued or the type resumes (wait on it
-    after commit).  A
-    watch is a read: set it in a transaction that writes nothing, or that transaction
-    conflicts with every concurrent enqueue."""
-    return watch_key(tr, keys.watches_pending_key(type))
+    after commit; cancel it to stop waiting): a share of the watches of the type's wake
+    keys that this process's waiting accepts hold together (``wakeups.py``).  A watch is a
+    read: set it in a transaction that writes nothing, or that transaction conflicts with
+    every concurrent enqueue."""
+    return wakeups.watch_any(tr, type, keys.watches_pending_keys(type))

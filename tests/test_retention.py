@@ -289,9 +289,9 @@ def job_keys(db) -> int:
     """The job layer's keys but the per-minute rate counters (``jobs/rates.py``: bounded by
     time, an hour's worth, not by jobs; ``test_rates.py`` checks that they go), the job
     counters (``jobs/counts.py``: bounded by shards, priorities and scheduled minutes, which
-    ``test_counts.py`` checks are pruned) and the activity stamps (bounded by their shards:
-    ``test_activity_shards.py``)."""
-    skip = (keys.RATES.key(), keys.COUNTS.key(), keys.WATCHES_ACTIVITY.key())
+    ``test_counts.py`` checks are pruned) and the activity stamps and pending wakes (bounded
+    by their shards: ``test_activity_shards.py``, ``test_wakeups.py``)."""
+    skip = (keys.RATES.key(), keys.COUNTS.key(), keys.WATCHES_ACTIVITY.key(), keys.WATCHES_PENDING.key())
     return sum(1 for k, _v in snapshot(db) if not k.startswith(skip))
 
 

@@ -112,16 +112,16 @@ def test_ours_in_the_peer_comparison_runs_on_a_given_store(shared_store, tmp_pat
     url = shared_store.url
     root = ("compare-test",)
     env = {"JOBS_STORE": url, prefixes.ROOT_ENV: prefixes.format_root(root), "JOBS_SCRATCH": root[-1]}
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    out = workdir / "result.json"
-    for _ in range(2):  # the second run starts from a store cleared of the first one's jobs
+    for i in range(2):  # the second run starts from a store cleared of the first one's jobs
+        workdir = tmp_path / f"work-{i}"  # a run's own, as bench.compare gives it (records.log counts the runs)
+        workdir.mkdir()
+        out = workdir / "result.json"
         done = run(["-m", "bench.peers.harness", "ours", "burndown", "--workdir", str(workdir), "--out", str(out),
                     "--params", json.dumps({"jobs": 30, "workers": 1})], env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(out.read_text())
         assert result["ok"] and result["runs"] == 30, result
-    assert not (workdir / "jobs.sqlite").exists()  # not a store file of its own
+        assert not (workdir / "jobs.sqlite").exists()  # not a store file of its own
     with store.opened(url) as db:
         prefixes.clear_root(db, root)
     assert shared_store.unchanged()

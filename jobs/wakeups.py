@@ -1,0 +1,160 @@
+"""Waiting accepts of one process share the watches of a type's pending wake keys.
+
+An add bumps one of the type's ``watches_pending`` shards (layout 6, ``keys.py``), so a
+waiting accept must watch them all: 17 keys with the one of layouts 1-5.  Rather than
+each waiting accept arming 17 watches of its own (a process holding a thousand waiting
+``aio.accept`` calls would pass the client's limit of 10,000 watches), the accepts of a
+process join one set, a *generation*, armed by one of them.
+
+Joining is safe when the generation was armed at or before the joiner's read version: a
+watch fires on any change after the version its transaction read at, so every add the
+joiner did not see (committed after its read version) fires it.  A joiner that read
+earlier than every unfired generation arms one of its own.  A generation fires once, for
+all who joined it (each then looks at the queue again), and is forgotten; its watches are
+cancelled when it fires, or when the last of its waiters leaves (a timeout).  Watches of
+an attempt that does not commit fail (``transactional.run`` cancels them): the generation
+fails, and whoever joined it looks again, as after any watch error.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+from .engine.errors import OPERATION_CANCELLED, FDBError
+from .engine.futures import Future
+from .engine.transactional import watch as watch_key
+from .layouts import remembered
+
+
+class Ticket(Future):
+    """One waiter's share of a generation, with a watch future's interface: ready when the
+    generation fires (its error, if it failed); ``cancel`` leaves it."""
+
+    __slots__ = ("_generation",)
+
+    def __init__(self, generation: "_Generation"):
+        super().__init__()
+        self._generation = generation
+
+    def cancel(self) -> None:
+        if self.set_error(FDBError(OPERATION_CANCELLED)):
+            self._generation.leave(self)
+
+
+class _Generation:
+    """Watches armed by one transaction at read ``version``; fires once, when one does."""
+
+    def __init__(self, hub: "_Hub | None", type: str, version: int, watches: list):
+        self.hub, self.type, self.version = hub, type, version
+        self._watches = watches
+        self._lock = threading.Lock()
+        self._tickets: set[Ticket] = set()
+        self.done = False
+        for w in watches:
+            w.on_ready(self._fired)
+
+    def join(self) -> Ticket:
+        ticket = Ticket(self)
+        with self._lock:
+            if not self.done:
+                self._tickets.add(ticket)
+                return ticket
+        ticket.set_result(None)  # fired meanwhile: look again at once
+        return ticket
+
+    def leave(self, ticket: Ticket) -> None:
+        with self._lock:
+            self._tickets.discard(ticket)
+            if self._tickets or self.done:
+                return
+            self.done = True  # nobody waits: free the watch slots
+        self._end()
+
+    def _fired(self, watch) -> None:
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+            tickets, self._tickets = self._tickets, set()
+        try:
+            watch.wait()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - handed to every waiter
+            error = exc
+        self._end()
+        for ticket in tickets:
+            ticket.set_error(error) if error is not None else ticket.set_result(None)
+
+    def _end(self) -> None:
+        if self.hub is not None:
+            self.hub.forget(self)
+        for w in self._watches:
+            if not w.is_ready():
+                w.cancel()
+
+
+class _Hub:
+    """The live generations of one database, by type, oldest first."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._generations: dict[str, list[_Generation]] = {}
+
+    def usable(self, type: str, version: int) -> _Generation | None:
+        with self._lock:
+            for g in self._generations.get(type, ()):
+                if g.version <= version and not g.done:
+                    return g
+        return None
+
+    def add(self, g: _Generation) -> None:
+        with self._lock:
+            self._generations.setdefault(g.type, []).append(g)
+        if g.done:  # fired (and forgotten) before it was added
+            self.forget(g)
+
+    def forget(self, g: _Generation) -> None:
+        with self._lock:
+            found = self._generations.get(g.type, [])
+            if g in found:
+                found.remove(g)
+            if not found:
+                self._generations.pop(g.type, None)
+
+
+_hubs: "weakref.WeakKeyDictionary[object, _Hub]" = weakref.WeakKeyDictionary()
+_hubs_lock = threading.Lock()
+
+
+def _hub_of(tr) -> _Hub | None:
+    db = remembered(tr)
+    if db is None:
+        return None
+    with _hubs_lock:
+        hub = _hubs.get(db)
+        if hub is None:
+            hub = _hubs[db] = _Hub()
+        return hub
+
+
+def watch_any(tr, type: str, keys: list[bytes]) -> Ticket:
+    """A watch (a :class:`Ticket`) that fires on the next change to any of ``keys``, the
+    wake keys of ``type``, after ``tr``'s read version: a share of this process's
+    generation when one is usable, else a generation armed in ``tr`` (a transaction that
+    writes nothing: a watch is a read)."""
+    version = tr.get_read_version().wait()
+    hub = _hub_of(tr)
+    if hub is not None and (g := hub.usable(type, version)) is not None:
+        return g.join()
+    g = _Generation(hub, type, version, [watch_key(tr, key) for key in keys])
+    if hub is not None:
+        hub.add(g)
+    return g.join()
+
+
+def waiting(db, type: str) -> tuple[int, int]:
+    """``(generations, waiters)`` of ``type`` in this process (for tests and status)."""
+    hub = _hubs.get(db)
+    found = [] if hub is None else list(hub._generations.get(type, ()))
+    return len(found), sum(len(g._tickets) for g in found)
