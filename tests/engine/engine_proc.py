@@ -8,6 +8,11 @@ Keys and prefixes are passed as hex.  Commands:
 * ``commit-loop URL PREFIX``: forever: one transaction writes counter=i and log/i (plus some
   padding, so that the process spends its time committing); after each acknowledged commit,
   prints i on stdout.  Continues from the stored counter; meant to be killed with SIGKILL.
+
+One more for the embedded engine only:
+
+* ``hold URL``: takes the store's write lock (its ``flock`` and SQLite's own, by ``BEGIN
+  IMMEDIATE``), prints ``held``, and keeps it until its stdin closes.
 """
 
 from __future__ import annotations
@@ -49,6 +54,15 @@ def _step(tr, space: Subspace) -> int:
     return i
 
 
+def _hold(db) -> None:
+    with db._write_lock():
+        conn = db._connect()
+        conn.execute("BEGIN IMMEDIATE")
+        print("held", flush=True)
+        sys.stdin.read()
+        conn.execute("ROLLBACK")
+
+
 def main(argv: list[str]) -> int:
     command, url, *args = argv
     db = open_database(url)
@@ -59,6 +73,8 @@ def main(argv: list[str]) -> int:
         key = bytes.fromhex(args[0])
         for _ in range(int(args[1])):
             fn(db, key)
+    elif command == "hold":
+        _hold(db)
     elif command == "commit-loop":
         space = Subspace(rawPrefix=bytes.fromhex(args[0]))
         print("ready", flush=True)
