@@ -43,14 +43,15 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
     puts: list[tuple[bytes, bytes]] = []
     deletes: list[tuple[bytes]] = []
     skip = no_conflict
-    summed = _summable_adds(log, stamp)  # key -> [sum, length]: applied once, at the end
+    # key -> [sum, length]: applied once, at the end (one mutation has nothing to sum)
+    summed = _summable_adds(log, stamp) if len(log) > 1 else {}
 
     def flush() -> None:
         if puts:
-            conn.executemany(_PUT, puts)
+            _execute(conn, _PUT, puts)
             puts.clear()
         if deletes:
-            conn.executemany(_DELETE, deletes)
+            _execute(conn, _DELETE, deletes)
             deletes.clear()
 
     for i, m in enumerate(log):
@@ -84,6 +85,14 @@ def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[byt
     if summed:
         _apply_sums(conn, summed)
     return written
+
+
+def _execute(conn, sql: str, rows: list) -> None:
+    """``sql`` once per row: ``execute`` for one row (``executemany`` costs more there)."""
+    if len(rows) == 1:
+        conn.execute(sql, rows[0])
+    else:
+        conn.executemany(sql, rows)
 
 
 _IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)

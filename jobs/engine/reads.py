@@ -30,8 +30,7 @@ class TransactionRead:
 
     def __init__(self, db):
         self.db = db
-        self.options = TransactionOptions(self)
-        self.snapshot = _Snapshot(self)
+        self._options = self._snapshot = None  # made when first asked for (most never are)
         self._ref = weakref.ref(self)  # what this transaction's read results hold (see futures.Value)
         self._backoff = limits.INITIAL_BACKOFF
         self._retries = 0
@@ -39,6 +38,18 @@ class TransactionRead:
         self._conn = None
         self._reset_options()
         self._reset_state()
+
+    @property
+    def options(self) -> TransactionOptions:
+        if self._options is None:
+            self._options = TransactionOptions(self)
+        return self._options
+
+    @property
+    def snapshot(self) -> "_Snapshot":
+        if self._snapshot is None:
+            self._snapshot = _Snapshot(self)
+        return self._snapshot
 
     def _reset_options(self) -> None:
         """Options as a new transaction has them (``reset()`` clears them, as FDB's does;

@@ -19,6 +19,16 @@ from .fdbapi import KeyValue
 from .transaction import Transaction
 from .watches import Watches
 
+_forks = 0  # forks of this process so far: cheaper to compare than getpid() per call
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
 FORMAT_NAME = "fdb-jobs-embedded"
 FORMAT_VERSION = 1
 
@@ -59,11 +69,12 @@ class EmbeddedDatabase:
             raise StoreFileError(f"cannot open store {self.path!r}: directory {directory!r} does not exist")
         if not create and not os.path.exists(self.path):
             raise StoreFileError(f"store file {self.path!r} does not exist")
-        self._pid = os.getpid()
+        self._forks = _forks  # (another count in a forked child: see _after_fork)
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._thread_lock = threading.Lock()
         self._lock_fd = None
+        self._writer = _WriteLock(self)
         self._closed = False
         # watches hear other processes' commits through inotify unless told to poll
         self._use_doorbell = os.environ.get("JOBS_EMBEDDED_WATCHES", "inotify") != "poll"
@@ -90,7 +101,7 @@ class EmbeddedDatabase:
 
     def _after_fork(self) -> None:
         # SQLite connections and flock descriptions must not be shared with a parent.
-        self._pid = os.getpid()
+        self._forks = _forks
         self._pool = []
         self._lock_fd = None
         self._watches = Watches(self, self._use_doorbell)
@@ -99,26 +110,25 @@ class EmbeddedDatabase:
     def _get_conn(self) -> sqlite3.Connection:
         if self._closed:
             raise FDBError(E.OPERATION_CANCELLED, "database is closed")
-        if os.getpid() != self._pid:
+        if self._forks != _forks:
             self._after_fork()
-        with self._pool_lock:
-            if self._pool:
-                return self._pool.pop()
-        return self._connect()
+        try:
+            return self._pool.pop()  # (atomic: no lock needed)
+        except IndexError:
+            return self._connect()
 
     def _put_conn(self, conn: sqlite3.Connection, rollback: bool) -> None:
         if rollback and conn.in_transaction:
             conn.execute("ROLLBACK")
-        if os.getpid() != self._pid or self._closed:
+        if self._forks != _forks or self._closed:
             return
-        with self._pool_lock:
-            if len(self._pool) < 16:
-                self._pool.append(conn)
-                return
+        if len(self._pool) < 16:  # (a bound, not exact between threads)
+            self._pool.append(conn)
+            return
         conn.close()
 
-    def _write_lock(self):
-        return _WriteLock(self)
+    def _write_lock(self) -> "_WriteLock":
+        return self._writer
 
     # --- store file --------------------------------------------------------------------
 
@@ -267,8 +277,8 @@ class _WriteLock:
         db = self._db
         db._thread_lock.acquire()
         try:
-            if db._lock_fd is None or os.getpid() != db._pid:
-                if os.getpid() != db._pid:
+            if db._lock_fd is None or db._forks != _forks:
+                if db._forks != _forks:
                     db._after_fork()
                 db._lock_fd = os.open(db.path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(db._lock_fd, fcntl.LOCK_EX)
