@@ -108,9 +108,11 @@ class TransactionRead:
         conn = self._conn
         if conn is None:
             conn = self.db._get_conn()
+            # The read version is read before the snapshot starts (at the first read after
+            # BEGIN): every commit the snapshot lacks has a later version (history.py).
+            self._rv = self.db._history.read_version()
             try:
                 conn.execute("BEGIN")
-                self._rv = conn.execute("SELECT version FROM state").fetchone()[0]
             except BaseException:
                 self.db._put_conn(conn, rollback=True)
                 raise
