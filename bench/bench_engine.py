@@ -150,7 +150,7 @@ def drain(url: str, n: int, workers: int, batch: int = 1) -> float:
 
 def _fresh(directory: str, name: str) -> str:
     path = os.path.join(directory, name)
-    for suffix in ("", "-wal", "-shm", "-lock", "-journal"):
+    for suffix in ("", "-wal", "-shm", "-lock", "-hist", "-journal"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
     return path

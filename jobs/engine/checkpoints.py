@@ -15,10 +15,12 @@ class Checkpointer:
     under the write lock, for milliseconds (fsyncs): every few hundred commits one commit
     stalls every writer, which is the tail of job latency.  Here commits leave it to this
     thread, which runs a PASSIVE checkpoint (it blocks neither writers nor readers) after
-    every ``EVERY`` commits of this process.  The in-commit checkpoint stays as a safety
-    net, at ``SAFETY_PAGES``, for a store written by many processes of few commits each."""
+    every ``EVERY`` commits of this process (as many as SQLite's default: a one-write commit
+    adds a page; waking the thread costs the committing thread a switch, so not more
+    often).  The in-commit checkpoint stays as a safety net, at ``SAFETY_PAGES``, for a
+    store written by many processes of few commits each."""
 
-    EVERY = 200
+    EVERY = 1000
     SAFETY_PAGES = 20_000  # ~80 MB of log
 
     def __init__(self, db):

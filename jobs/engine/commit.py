@@ -1,22 +1,16 @@
 """The embedded engine's commit, under the store's write lock: the conflict check of a
-transaction's reads against the writes committed since its read version, and the replay
-of its mutation log into SQLite."""
+transaction's reads against the writes committed since its read version (``history.py``),
+and the replay of its mutation log into SQLite."""
 
 from __future__ import annotations
 
-import marshal
-import random
 import time
 
-from . import errors as E
 from .atomic import ATOMIC_OPS, KEEPS_A_VALUE
-from .errors import FDBError
-from .ranges import apply_stamp, merge_ranges, overlaps
+from .history import CEILING_STEP
+from .ranges import apply_stamp, merge_ranges
 
-HISTORY_SECONDS = 10.0  # how long commit write ranges are kept for conflict checks
-PRUNE_EVERY = 256  # commits between prunes of that history (on average: one commit in this many prunes)
 VERSIONS_PER_SECOND = 1_000_000  # FoundationDB's nominal version rate
-PRUNE_SCAN = 4 * PRUNE_EVERY  # oldest history entries a prune looks at
 
 _PUT = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
 _UPSERT_ATOMIC = ("INSERT INTO kv (k, v) VALUES (?, fdb_atomic(?, NULL, ?)) "
@@ -24,66 +18,74 @@ _UPSERT_ATOMIC = ("INSERT INTO kv (k, v) VALUES (?, fdb_atomic(?, NULL, ?)) "
 _DELETE = "DELETE FROM kv WHERE k = ?"
 
 
-def check_conflicts(conn, reads, read_version: int) -> None:
-    """FDBError 1020 when ``reads`` (read conflict ranges) overlap the writes of a
-    transaction committed after ``read_version`` (table ``commits``)."""
-    merged = merge_ranges(reads)
-    begins = [b for b, _e in merged]
-    for (blob,) in conn.execute("SELECT ranges FROM commits WHERE version > ?", (read_version,)):
-        if overlaps(merged, begins, marshal.loads(blob)):
-            raise FDBError(E.NOT_COMMITTED)
-
-
-def apply_log(conn, log: list, no_conflict: set, stamp: bytes) -> list[tuple[bytes, bytes]]:
-    """Replay the mutation log inside the commit; returns the write conflict ranges
-    (less those of writes made under next_write_no_write_conflict_range).  Runs of
-    plain writes go to SQLite in one ``executemany`` each (in log order, so the last
-    write of a key wins)."""
-    written: list[tuple[bytes, bytes]] = []
+def apply_log(conn, log: list, stamp: bytes) -> None:
+    """Replay the mutation log into SQLite.  Runs of plain writes go in one
+    ``executemany`` each (in log order, so the last write of a key wins)."""
     puts: list[tuple[bytes, bytes]] = []
     deletes: list[tuple[bytes]] = []
-    skip = no_conflict
-    summed = _summable_adds(log, stamp)  # key -> [sum, length]: applied once, at the end
+    # key -> [sum, length]: applied once, at the end (one mutation has nothing to sum)
+    summed = _summable_adds(log, stamp) if len(log) > 1 else {}
 
     def flush() -> None:
         if puts:
-            conn.executemany(_PUT, puts)
+            _execute(conn, _PUT, puts)
             puts.clear()
         if deletes:
-            conn.executemany(_DELETE, deletes)
+            _execute(conn, _DELETE, deletes)
             deletes.clear()
 
-    for i, m in enumerate(log):
+    for m in log:
         kind = m[0]
         if kind == "set" or kind == "stamp_key" or kind == "stamp_value":
             if deletes:
                 flush()
             if kind == "set":
-                key, value = m[1], m[2]
+                puts.append((m[1], m[2]))
             elif kind == "stamp_key":
-                key, value = apply_stamp(m[1], stamp), m[2]
+                puts.append((apply_stamp(m[1], stamp), m[2]))
             else:
-                key, value = m[1], apply_stamp(m[2], stamp)
-            puts.append((key, value))
-            span = (key, key + b"\x00")
+                puts.append((m[1], apply_stamp(m[2], stamp)))
         elif kind == "clear":
             if puts:
                 flush()
             deletes.append((m[1],))
-            span = (m[1], m[1] + b"\x00")
         else:
             flush()
             if kind == "clear_range":
                 conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
-                span = (m[1], m[2])
             else:
-                span = _apply_atomic(conn, m, summed)
-        if not skip or i not in skip:
-            written.append(span)
+                _apply_atomic(conn, m, summed)
     flush()
     if summed:
         _apply_sums(conn, summed)
-    return written
+
+
+def write_ranges(log: list, no_conflict: set, stamp: bytes, extra_writes: list) -> list[tuple[bytes, bytes]]:
+    """A commit's write conflict ranges, merged: the key or range of each mutation in
+    ``log`` (a versionstamped key where its stamp puts it) but those made under
+    next_write_no_write_conflict_range (``no_conflict``: their indexes), and
+    ``extra_writes``."""
+    spans = []
+    for i, m in enumerate(log):
+        if no_conflict and i in no_conflict:
+            continue
+        kind = m[0]
+        if kind == "clear_range":
+            spans.append((m[1], m[2]))
+        else:
+            key = apply_stamp(m[1], stamp) if kind == "stamp_key" else m[2] if kind == "atomic" else m[1]
+            spans.append((key, key + b"\x00"))
+    if extra_writes:
+        spans += extra_writes
+    return spans if len(spans) < 2 else merge_ranges(spans)
+
+
+def _execute(conn, sql: str, rows: list) -> None:
+    """``sql`` once per row: ``execute`` for one row (``executemany`` costs more there)."""
+    if len(rows) == 1:
+        conn.execute(sql, rows[0])
+    else:
+        conn.executemany(sql, rows)
 
 
 _IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
@@ -102,7 +104,7 @@ def _apply_sums(conn, summed: dict[bytes, list]) -> None:
                             for key, (total, n) in summed.items()])
 
 
-def _apply_atomic(conn, m: tuple, summed: dict) -> tuple[bytes, bytes]:
+def _apply_atomic(conn, m: tuple, summed: dict) -> None:
     """One atomic operation ``("atomic", op, key, param)``: added to the key's sum when its
     adds are summed, one UPSERT when it always leaves a value, else read and written."""
     _atomic, op, key, param = m
@@ -117,7 +119,6 @@ def _apply_atomic(conn, m: tuple, summed: dict) -> tuple[bytes, bytes]:
             conn.execute(_DELETE, (key,))
         else:
             conn.execute(_PUT, (key, value))
-    return key, key + b"\x00"
 
 
 def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
@@ -145,47 +146,62 @@ def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
 def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict: set, extra_writes) -> tuple[int, bytes]:
     """Commit a transaction's mutation ``log`` on ``conn``, under the store's write lock:
     1007 if its read version is older than the history kept, 1020 if its ``reads`` overlap
-    a later commit's writes, else the log is applied, its write ranges recorded in the
-    history (table ``commits``) and the commit counter bumped.  Returns the new commit
-    version and its 10-byte versionstamp (the version, big-endian, then batch order 0)."""
+    a later commit's writes, else its write ranges are recorded in the history
+    (``history.py``) and the log applied.  Returns the new commit version and its 10-byte
+    versionstamp (the version, big-endian, then batch order 0)."""
+    history = db._history
     with db._write_lock():
-        conn.execute("BEGIN IMMEDIATE")
+        version = history.begin()
+        if reads and read_version is not None and version > read_version:
+            history.check(reads, read_version)
+        now = time.time()
+        # As FoundationDB's, versions advance about a million a second (and at least one
+        # per commit), so a versionstamp tells when it was written on both engines.
+        version = max(version + 1, int(now * VERSIONS_PER_SECOND))
+        stamp = version.to_bytes(8, "big") + b"\x00\x00"
+        history.record(version, now, write_ranges(log, no_conflict, stamp, extra_writes))
+        ceiling = version + CEILING_STEP if version > history.ceiling else None
         try:
-            version, pruned = conn.execute("SELECT version, pruned FROM state").fetchone()
-            if reads and read_version is not None and version > read_version:
-                if read_version < pruned:
-                    raise FDBError(E.TRANSACTION_TOO_OLD)
-                check_conflicts(conn, reads, read_version)
-            now = time.time()
-            # As FoundationDB's, versions advance about a million a second (and at least one
-            # per commit), so a versionstamp tells when it was written on both engines.
-            version = max(version + 1, int(now * VERSIONS_PER_SECOND))
-            stamp = version.to_bytes(8, "big") + b"\x00\x00"
-            written = apply_log(conn, log, no_conflict, stamp)
-            conn.execute(
-                "INSERT INTO commits (version, ts, ranges) VALUES (?, ?, ?)",
-                (version, now, marshal.dumps(merge_ranges(written + extra_writes))),
-            )
-            if random.randrange(PRUNE_EVERY) == 0:
-                pruned = prune_history(conn, now, pruned)
-            conn.execute("UPDATE state SET version = ?, pruned = ?", (version, pruned))
-            conn.execute("COMMIT")
+            _write(conn, log, stamp, ceiling)
         except BaseException:
-            conn.execute("ROLLBACK")
+            history.settle(version)  # (it may have happened: it counts as done)
             raise
+        history.settle(version, ceiling)
     return version, stamp
 
 
-def prune_history(conn, now: float, pruned: int) -> int:
-    """Drop commit history older than HISTORY_SECONDS; returns the new pruned version.
-    Only the oldest PRUNE_SCAN entries are looked at (this runs under the write lock: its
-    cost must not grow with the commit rate); a backlog goes over several prunes."""
-    row = conn.execute(
-        "SELECT MAX(version) FROM (SELECT version, ts FROM commits ORDER BY version LIMIT ?) WHERE ts < ?",
-        (PRUNE_SCAN, now - HISTORY_SECONDS),
-    ).fetchone()
-    if row[0] is None:
-        return pruned
-    conn.execute("DELETE FROM commits WHERE version <= ?", (row[0],))
-    return max(pruned, row[0])
+def _write(conn, log: list, stamp: bytes, ceiling: int | None) -> None:
+    """Apply ``log`` in one SQLite transaction, with the versions' new durable ``ceiling``
+    if any: ``BEGIN IMMEDIATE``, its statements, ``COMMIT``; a log of one statement runs
+    by itself (SQLite commits it alone), and a commit of nothing but write conflict
+    ranges writes nothing."""
+    if ceiling is None and len(log) < 2 and (not log or _one_statement(log[0])):
+        if log:
+            _apply_one(conn, log[0], stamp)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        apply_log(conn, log, stamp)
+        if ceiling is not None:
+            conn.execute("UPDATE state SET version = ?", (ceiling,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
+
+def _apply_one(conn, m: tuple, stamp: bytes) -> None:
+    """:func:`apply_log` of the one mutation ``m`` (shorter for the commonest two)."""
+    kind = m[0]
+    if kind == "set":
+        conn.execute(_PUT, (m[1], m[2]))
+    elif kind == "clear":
+        conn.execute(_DELETE, (m[1],))
+    else:
+        apply_log(conn, [m], stamp)
+
+
+def _one_statement(m: tuple) -> bool:
+    """Whether the mutation ``m`` is applied by one SQL statement (:func:`apply_log`)."""
+    return m[0] != "atomic" or m[1] in KEEPS_A_VALUE

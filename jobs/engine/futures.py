@@ -36,13 +36,18 @@ def value_of(future) -> bytes | None:
 
 
 class Future:
-    """A value or an error that arrives later (set once, from any thread)."""
+    """A value or an error that arrives later (set once, from any thread).
 
-    __slots__ = ("_event", "_value", "_error", "_callbacks", "_lock")
+    The ``threading.Event`` a waiter blocks on is made only when one has to block: most
+    futures here are settled before anyone waits (a commit's, a read version's), and an
+    Event (a Condition and its locks, in Python) costs more than the rest of the future."""
+
+    __slots__ = ("_done", "_value", "_error", "_callbacks", "_lock", "_event")
 
     def __init__(self):
-        self._event = threading.Event()
+        self._done = False
         self._lock = threading.Lock()
+        self._event: threading.Event | None = None  # made by the first waiter that blocks
         self._value = None
         self._error: BaseException | None = None
         self._callbacks: list = []
@@ -51,16 +56,19 @@ class Future:
     def ready(cls, value=None) -> "Future":
         f = cls()
         f._value = value
-        f._event.set()
+        f._done = True
         return f
 
     def _settle(self, value=None, error: BaseException | None = None) -> bool:
         with self._lock:
-            if self._event.is_set():
+            if self._done:
                 return False
             self._value, self._error = value, error
-            self._event.set()
+            self._done = True
             callbacks, self._callbacks = self._callbacks, []
+            event = self._event
+        if event is not None:
+            event.set()
         for cb in callbacks:
             cb(self)
         return True
@@ -72,14 +80,23 @@ class Future:
         return self._settle(error=error)
 
     def is_ready(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     def block_until_ready(self) -> None:
-        self._event.wait()
+        if self._done:
+            return
+        with self._lock:
+            if self._done:
+                return
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        event.wait()
 
     def wait(self):
         """The value; raises the error (an FDBError) if the future failed."""
-        self._event.wait()
+        if not self._done:
+            self.block_until_ready()
         if self._error is not None:
             raise self._error
         return self._value
@@ -87,7 +104,7 @@ class Future:
     def on_ready(self, callback) -> None:
         """Call ``callback(self)`` once the future is ready (at once if it already is)."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._done:
                 self._callbacks.append(callback)
                 return
         callback(self)

@@ -30,8 +30,7 @@ class TransactionRead:
 
     def __init__(self, db):
         self.db = db
-        self.options = TransactionOptions(self)
-        self.snapshot = _Snapshot(self)
+        self._options = self._snapshot = None  # made when first asked for (most never are)
         self._ref = weakref.ref(self)  # what this transaction's read results hold (see futures.Value)
         self._backoff = limits.INITIAL_BACKOFF
         self._retries = 0
@@ -39,6 +38,18 @@ class TransactionRead:
         self._conn = None
         self._reset_options()
         self._reset_state()
+
+    @property
+    def options(self) -> TransactionOptions:
+        if self._options is None:
+            self._options = TransactionOptions(self)
+        return self._options
+
+    @property
+    def snapshot(self) -> "_Snapshot":
+        if self._snapshot is None:
+            self._snapshot = _Snapshot(self)
+        return self._snapshot
 
     def _reset_options(self) -> None:
         """Options as a new transaction has them (``reset()`` clears them, as FDB's does;
@@ -97,9 +108,11 @@ class TransactionRead:
         conn = self._conn
         if conn is None:
             conn = self.db._get_conn()
+            # The read version is read before the snapshot starts (at the first read after
+            # BEGIN): every commit the snapshot lacks has a later version (history.py).
+            self._rv = self.db._history.read_version()
             try:
                 conn.execute("BEGIN")
-                self._rv = conn.execute("SELECT version FROM state").fetchone()[0]
             except BaseException:
                 self.db._put_conn(conn, rollback=True)
                 raise

@@ -1,6 +1,7 @@
 """The embedded store: one SQLite file (WAL) shared by the processes of one machine, its
-connections, its single writer lock, and the database API (``create_transaction``, and
-the bindings' one-transaction shortcuts ``get``/``set``/``get_range``...)."""
+connections, its single writer lock, its commit history (``history.py``), and the
+database API (``create_transaction``, and the bindings' one-transaction shortcuts
+``get``/``set``/``get_range``...)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,33 @@ from .atomic import sql_atomic
 from .checkpoints import Checkpointer
 from .errors import FDBError, StoreFileError
 from .fdbapi import KeyValue
+from .history import History
 from .transaction import Transaction
 from .watches import Watches
 
-FORMAT_NAME = "fdb-jobs-embedded"
-FORMAT_VERSION = 1
+_forks = 0  # forks of this process so far: cheaper to compare than getpid() per call
 
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+FORMAT_NAME = "fdb-jobs-embedded"
+# Format 2: the commit counter and history live in ``<store>-hist`` (``history.py``);
+# ``state.version`` is the counter's durable ceiling.  Format 1 kept them in the store
+# (``state.version`` the counter, table ``commits`` the history): such a store is
+# upgraded when opened, and its table ``commits`` dropped, so that a process of a
+# format-1 release still running fails its next commit instead of missing conflicts.
+FORMAT_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 0),
                                   version INTEGER NOT NULL, pruned INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS commits (version INTEGER PRIMARY KEY, ts REAL NOT NULL,
-                                    ranges BLOB NOT NULL);
 """
 
 
@@ -59,12 +73,14 @@ class EmbeddedDatabase:
             raise StoreFileError(f"cannot open store {self.path!r}: directory {directory!r} does not exist")
         if not create and not os.path.exists(self.path):
             raise StoreFileError(f"store file {self.path!r} does not exist")
-        self._pid = os.getpid()
+        self._forks = _forks  # (another count in a forked child: see _after_fork)
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._thread_lock = threading.Lock()
         self._lock_fd = None
+        self._writer = _WriteLock(self)
         self._closed = False
+        self._history: History | None = None
         # watches hear other processes' commits through inotify unless told to poll
         self._use_doorbell = os.environ.get("JOBS_EMBEDDED_WATCHES", "inotify") != "poll"
         self._watches = Watches(self, self._use_doorbell)
@@ -90,35 +106,36 @@ class EmbeddedDatabase:
 
     def _after_fork(self) -> None:
         # SQLite connections and flock descriptions must not be shared with a parent.
-        self._pid = os.getpid()
+        self._forks = _forks
         self._pool = []
         self._lock_fd = None
         self._watches = Watches(self, self._use_doorbell)
         self._checkpointer = Checkpointer(self)
+        if self._history is not None:
+            self._history.after_fork()
 
     def _get_conn(self) -> sqlite3.Connection:
         if self._closed:
             raise FDBError(E.OPERATION_CANCELLED, "database is closed")
-        if os.getpid() != self._pid:
+        if self._forks != _forks:
             self._after_fork()
-        with self._pool_lock:
-            if self._pool:
-                return self._pool.pop()
-        return self._connect()
+        try:
+            return self._pool.pop()  # (atomic: no lock needed)
+        except IndexError:
+            return self._connect()
 
     def _put_conn(self, conn: sqlite3.Connection, rollback: bool) -> None:
         if rollback and conn.in_transaction:
             conn.execute("ROLLBACK")
-        if os.getpid() != self._pid or self._closed:
+        if self._forks != _forks or self._closed:
             return
-        with self._pool_lock:
-            if len(self._pool) < 16:
-                self._pool.append(conn)
-                return
+        if len(self._pool) < 16:  # (a bound, not exact between threads)
+            self._pool.append(conn)
+            return
         conn.close()
 
-    def _write_lock(self):
-        return _WriteLock(self)
+    def _write_lock(self) -> "_WriteLock":
+        return self._writer
 
     # --- store file --------------------------------------------------------------------
 
@@ -127,24 +144,8 @@ class EmbeddedDatabase:
         try:
             self._refuse_foreign(conn)  # before the lock file, the WAL mode or a table is made
             with self._write_lock():
-                try:
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    conn.executescript(_SCHEMA)
-                    conn.execute("BEGIN IMMEDIATE")
-                    meta = dict(conn.execute("SELECT name, value FROM meta"))
-                    if not meta:
-                        if conn.execute("SELECT 1 FROM kv LIMIT 1").fetchone():
-                            raise StoreFileError(f"{self.path!r} holds data but no store format")
-                        conn.executemany(
-                            "INSERT INTO meta (name, value) VALUES (?, ?)",
-                            [("format", FORMAT_NAME), ("format_version", FORMAT_VERSION)],
-                        )
-                        conn.execute("INSERT INTO state (id, version, pruned) VALUES (0, 0, 0)")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                history_id, ceiling = self._prepare(conn)
+                self._history = History(self.path + "-hist", history_id, ceiling)
         except sqlite3.DatabaseError as exc:
             raise StoreFileError(
                 f"{self.path!r} is not a usable job store ({exc}); point the store URL at "
@@ -152,9 +153,40 @@ class EmbeddedDatabase:
             ) from exc
         finally:
             conn.close()
-        if meta and meta.get("format") != FORMAT_NAME:
+
+    def _prepare(self, conn) -> tuple[int, int]:
+        """(Under the write lock.)  Make a new store's tables and format, or check an
+        existing store's (upgrading format 1); returns its history id and the durable
+        ceiling of its versions."""
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.executescript(_SCHEMA)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            meta = dict(conn.execute("SELECT name, value FROM meta"))
+            if not meta:
+                if conn.execute("SELECT 1 FROM kv LIMIT 1").fetchone():
+                    raise StoreFileError(f"{self.path!r} holds data but no store format")
+                meta = {"format": FORMAT_NAME, "format_version": 1}  # (upgraded just below)
+                conn.executemany("INSERT INTO meta (name, value) VALUES (?, ?)", meta.items())
+                conn.execute("INSERT INTO state (id, version, pruned) VALUES (0, 0, 0)")
+            self._check_format(meta)
+            if int(meta["format_version"]) < FORMAT_VERSION:
+                conn.execute("DROP TABLE IF EXISTS commits")  # (see FORMAT_VERSION)
+                meta["history_id"] = int.from_bytes(os.urandom(8), "little") >> 1
+                conn.executemany("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                                 [("format_version", FORMAT_VERSION), ("history_id", meta["history_id"])])
+            ceiling = conn.execute("SELECT version FROM state").fetchone()[0]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return int(meta["history_id"]), ceiling
+
+    def _check_format(self, meta: dict) -> None:
+        if meta.get("format") != FORMAT_NAME:
             raise StoreFileError(f"{self.path!r} is an SQLite file but not a job store")
-        if meta and int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
             raise StoreFileError(
                 f"{self.path!r} was written by a newer release (format "
                 f"{meta['format_version']} > {FORMAT_VERSION}); upgrade this package"
@@ -224,11 +256,9 @@ class EmbeddedDatabase:
 
     def commit_version(self) -> int:
         """The store's commit counter (the last versionstamp's first 8 bytes)."""
-        conn = self._get_conn()
-        try:
-            return conn.execute("SELECT version FROM state").fetchone()[0]
-        finally:
-            self._put_conn(conn, rollback=True)
+        if self._closed:
+            raise FDBError(E.OPERATION_CANCELLED, "database is closed")
+        return self._history.read_version()
 
     def close(self) -> None:
         """Close connections and stop the watch thread; a memory store is deleted."""
@@ -244,6 +274,8 @@ class EmbeddedDatabase:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._history is not None:
+            self._history.close()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 
@@ -267,8 +299,8 @@ class _WriteLock:
         db = self._db
         db._thread_lock.acquire()
         try:
-            if db._lock_fd is None or os.getpid() != db._pid:
-                if os.getpid() != db._pid:
+            if db._lock_fd is None or db._forks != _forks:
+                if db._forks != _forks:
                     db._after_fork()
                 db._lock_fd = os.open(db.path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(db._lock_fd, fcntl.LOCK_EX)

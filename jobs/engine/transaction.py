@@ -19,20 +19,24 @@ from .reads import _ATOMIC, _CLEAR, _SET, _UNREADABLE, TransactionRead
 from .watches import UNKNOWN as _UNKNOWN
 
 
+_COMMITTED = Future.ready(None)  # what every commit returns (a ready future cannot change)
+
+
 class Transaction(TransactionRead):
     """One FoundationDB-style transaction on the embedded store.  Not thread-safe."""
 
     def __del__(self):
         try:
-            self._cancel_watches()
-            self._release_conn()
+            if self._watches or self._conn is not None:
+                self._cancel_watches()
+                self._release_conn()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
     # --- writes ------------------------------------------------------------------------
 
     def _account(self, *parts: bytes) -> None:
-        self._size += sum(len(p) for p in parts) + 16
+        self._size += sum(map(len, parts)) + 16
 
     def _log_write(self, entry: tuple) -> None:
         if self._next_no_conflict:  # (next_write_no_write_conflict_range)
@@ -51,12 +55,15 @@ class Transaction(TransactionRead):
 
     def set(self, key, value) -> None:
         self._check_usable()
-        key, value = to_key(key), to_value(value)
+        if type(key) is not bytes:
+            key = to_key(key)
+        if type(value) is not bytes:
+            value = to_value(value)
         check_write_key(key)
         check_value(value)
         self._writes[key] = (_SET, value)
         self._log_write(("set", key, value))
-        self._account(key, value)
+        self._size += len(key) + len(value) + 16  # (as _account, inline: the commonest write)
         if self._watches:
             self._own_write_seen(key, None, value)
 
@@ -264,12 +271,13 @@ class Transaction(TransactionRead):
             if not future.is_ready():  # (fired by this transaction's own writes)
                 self.db._watches.add(key, baseline, future)
         self._watches = []
-        return Future.ready(None)
+        return _COMMITTED
 
     def _commit_writes(self) -> None:
         if self._rv is not None and time.monotonic() - self._rv_time > limits.TRANSACTION_LIFETIME:
             raise FDBError(E.TRANSACTION_TOO_OLD)
-        if self._size + sum(len(b) + len(e) for b, e in self._reads) > self._size_limit:
+        size = self._size + (sum(len(b) + len(e) for b, e in self._reads) if self._reads else 0)
+        if size > self._size_limit:
             raise FDBError(E.TRANSACTION_TOO_LARGE)
         reads = self._reads
         if self._conn is not None:  # end the read snapshot; conflicts are checked below
@@ -329,7 +337,8 @@ class Transaction(TransactionRead):
 
     def close(self) -> None:
         """Release the store connection now (a dropped transaction does so when collected)."""
-        self._cancel_watches()
+        if self._watches:
+            self._cancel_watches()
         self._release_conn()
 
     def _cancel_watches(self) -> None:

@@ -39,6 +39,8 @@ def watch(tr, key: bytes):
 
 
 def _drop_attempt_watches(tr, cancel: bool) -> None:
+    if not _attempt_watches:  # (the common case: no watches set through watch())
+        return
     try:
         futures = _attempt_watches.pop(tr, ())
     except TypeError:
@@ -48,7 +50,7 @@ def _drop_attempt_watches(tr, cancel: bool) -> None:
             future.cancel()
 
 
-def run(db, func, *args, **kwargs):
+def run(db, func, /, *args, **kwargs):
     """Run ``func(tr, *args, **kwargs)`` in a new transaction of ``db``; commit; retry the
     errors ``on_error`` retries, exactly as ``fdb.transactional`` does.  Watches set with
     :func:`watch` by an attempt that fails are cancelled."""
@@ -130,6 +132,8 @@ def transactional(func=None, *, parameter: str = "tr"):
                 target = args[index]
                 if not is_database(target):
                     return f(*args, **kwargs)
+                if index == 0:  # (the usual shape: ``tr`` first)
+                    return run(target, f, *args[1:], **kwargs)
                 head, tail = args[:index], args[index + 1 :]
                 return run(target, lambda tr: f(*head, tr, *tail, **kwargs))
             target = kwargs[parameter]

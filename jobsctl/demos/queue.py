@@ -78,7 +78,7 @@ def _fresh_store(path: str) -> tuple[str, str]:
     log_dir = path + ".logs"
     shutil.rmtree(log_dir, ignore_errors=True)
     os.makedirs(log_dir)
-    for suffix in ("", "-wal", "-shm", "-lock"):
+    for suffix in ("", "-wal", "-shm", "-lock", "-hist"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
     return f"sqlite:{path}", log_dir

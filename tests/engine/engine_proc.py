@@ -8,10 +8,20 @@ Keys and prefixes are passed as hex.  Commands:
 * ``commit-loop URL PREFIX``: forever: one transaction writes counter=i and log/i (plus some
   padding, so that the process spends its time committing); after each acknowledged commit,
   prints i on stdout.  Continues from the stored counter; meant to be killed with SIGKILL.
+
+Two more for the embedded engine only:
+
+* ``hold URL``: takes the store's write lock (its ``flock`` and SQLite's own, by ``BEGIN
+  IMMEDIATE``), prints ``held``, and keeps it until its stdin closes.
+* ``die-in-commit URL KEY WHEN``: one transaction setting KEY to a versionstamped value,
+  whose process SIGKILLs itself in the middle of the commit, ``before`` or ``after`` the
+  SQLite commit (its commit history record written, not yet settled).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 from jobs.engine import Subspace, transactional
@@ -49,6 +59,34 @@ def _step(tr, space: Subspace) -> int:
     return i
 
 
+@transactional
+def _stamped(tr, key: bytes) -> None:
+    tr.set_versionstamped_value(key, b"\x00" * 10 + (0).to_bytes(4, "little"))
+
+
+def _hold(db) -> None:
+    with db._write_lock():
+        conn = db._connect()
+        conn.execute("BEGIN IMMEDIATE")
+        print("held", flush=True)
+        sys.stdin.read()
+        conn.execute("ROLLBACK")
+
+
+def _die_in_commit(db, key: bytes, when: str) -> None:
+    from jobs.engine import commit
+
+    write = commit._write
+
+    def dying(*args):
+        if when == "after":
+            write(*args)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    commit._write = dying
+    _stamped(db, key)
+
+
 def main(argv: list[str]) -> int:
     command, url, *args = argv
     db = open_database(url)
@@ -59,6 +97,10 @@ def main(argv: list[str]) -> int:
         key = bytes.fromhex(args[0])
         for _ in range(int(args[1])):
             fn(db, key)
+    elif command == "hold":
+        _hold(db)
+    elif command == "die-in-commit":
+        _die_in_commit(db, bytes.fromhex(args[0]), args[1])
     elif command == "commit-loop":
         space = Subspace(rawPrefix=bytes.fromhex(args[0]))
         print("ready", flush=True)

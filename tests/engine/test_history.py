@@ -1,0 +1,287 @@
+"""The embedded engine's commit history (``jobs/engine/history.py``): the write ranges of
+recent commits and the commit counter, in a memory-mapped file beside the store.  Its
+bounds (1007 past them, never a missed conflict), a committer killed in the middle of a
+commit, restarts, the store format it came with, and what a commit costs SQLite."""
+
+from __future__ import annotations
+
+import fcntl
+import marshal
+import os
+import signal
+import sqlite3
+import struct
+import time
+
+import pytest
+from enginekit import expect_fdb_error, read, spawn
+
+from jobs.engine import commit as commit_module
+from jobs.engine import history
+from jobs.engine.embedded import EmbeddedDatabase
+from jobs.engine.urls import StoreOpenError, open_database
+
+
+@pytest.fixture
+def path(tmp_path) -> str:
+    return str(tmp_path / "store.sqlite")
+
+
+def put(db, key: bytes, value: bytes = b"v") -> int:
+    tr = db.create_transaction()
+    tr.set(key, value)
+    tr.commit().wait()
+    return tr.get_committed_version()
+
+
+def reader_of(db, key: bytes):
+    """A transaction that has read ``key`` and will write another key: it conflicts with
+    any later commit that writes ``key``."""
+    tr = db.create_transaction()
+    tr.get(key).wait()
+    tr.set(b"out/" + key, b"x")
+    return tr
+
+
+def header(db) -> list[int]:
+    with open(db.path + "-hist", "rb") as f:
+        return list(history._F.unpack(f.read(history._F.size)))
+
+
+def set_header(db, field: int, value: int) -> None:
+    with open(db.path + "-hist", "r+b") as f:
+        f.seek(field * 8)
+        f.write(struct.pack("<Q", value))
+
+
+def test_a_full_history_drops_its_oldest_commits_and_older_read_versions_get_1007(path, monkeypatch):
+    monkeypatch.setattr(history, "INITIAL_CAPACITY", 64 << 10)
+    monkeypatch.setattr(history, "MAX_CAPACITY", 64 << 10)  # no room to grow
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k")
+        old = reader_of(db, b"k")
+        for i in range(2000):  # ~128 kB of records: the ring wraps
+            put(db, b"filler/%05d" % i)
+        recent = reader_of(db, b"k")
+        with expect_fdb_error(1007):
+            old.commit().wait()
+        recent.commit().wait()
+        assert os.path.getsize(path + "-hist") == history.HEADER_SIZE + (64 << 10)
+
+
+def test_the_history_grows_rather_than_drop_young_commits(path, monkeypatch):
+    monkeypatch.setattr(history, "INITIAL_CAPACITY", 64 << 10)
+    monkeypatch.setattr(history, "MAX_CAPACITY", 1 << 20)
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k")
+        old = reader_of(db, b"k")
+        unrelated = reader_of(db, b"j")
+        put(db, b"k", b"changed")  # the first commit after the readers' read version
+        for i in range(2000):
+            put(db, b"filler/%05d" % i)
+        assert header(db)[history._CAPACITY] > 64 << 10
+        with expect_fdb_error(1020):  # found in the grown ring, not lost
+            old.commit().wait()
+        unrelated.commit().wait()
+
+
+def test_a_commit_with_huge_write_ranges_is_coarsened_and_still_conflicts(path, monkeypatch):
+    monkeypatch.setattr(history, "MAX_PAYLOAD", 4096)
+    with EmbeddedDatabase(path) as db:
+        put(db, b"m/0500x")
+        between = reader_of(db, b"m/0500x")  # a key between two of the big commit's keys
+        outside = reader_of(db, b"n")
+        tr = db.create_transaction()
+        for i in range(1000):
+            tr.set(b"m/%04d" % i, b"v")
+        tr.commit().wait()
+        with expect_fdb_error(1020):  # (a spurious conflict: the price of coarse ranges)
+            between.commit().wait()
+        outside.commit().wait()
+
+
+def test_coarsened_ranges_cover_the_originals_within_the_limit():
+    ranges = [(b"k%05d" % i, b"k%05d\x00" % i) for i in range(0, 20000, 3)]
+    payload = history.coarsen(ranges, 2000)
+    coarse = marshal.loads(payload)
+    assert len(payload) <= 2000
+    for b, e in ranges:
+        assert any(cb <= b and e <= ce for cb, ce in coarse)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_committer_killed_in_its_commit_counts_as_committed(path, when):
+    """Killed with its history record written and its SQLite commit not done, or done: the
+    store goes on, later versionstamps are greater, and a transaction that read what it
+    wrote before it died conflicts (when it did not commit, needlessly: conservative)."""
+    key = b"stamped"
+    with EmbeddedDatabase(path) as db:
+        put(db, key, b"before")
+        reader = reader_of(db, key)
+        child = spawn("die-in-commit", "sqlite:" + path, key.hex(), when)
+        assert child.wait(120) == -signal.SIGKILL
+        value = read(db, key)
+        assert (value == b"before") == (when == "before")
+        with expect_fdb_error(1020):
+            reader.commit().wait()
+        tr = db.create_transaction()
+        tr.set_versionstamped_value(b"later", b"\x00" * 10 + (0).to_bytes(4, "little"))
+        stamp = tr.get_versionstamp()
+        tr.commit().wait()
+        if when == "after":
+            assert stamp.wait() > value[:10]
+        assert header(db)[history._PENDING] == 0
+
+
+def test_a_growth_cut_short_drops_the_history_and_older_read_versions_get_1007(path):
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k")
+        reader = reader_of(db, b"unrelated")
+        put(db, b"k")
+        set_header(db, history._GROWING, 1)  # as a committer killed while growing the ring
+        put(db, b"other")
+        with expect_fdb_error(1007):  # its history is gone: retried, never passed unchecked
+            reader.commit().wait()
+        reader_of(db, b"unrelated").commit().wait()
+
+
+def test_a_record_that_is_not_whole_drops_the_history_and_older_read_versions_get_1007(path):
+    with EmbeddedDatabase(path) as db:
+        reader = reader_of(db, b"k")
+        put(db, b"other")
+        fields = header(db)
+        end = (fields[history._HEAD] - 1) % fields[history._CAPACITY] + 1
+        with open(path + "-hist", "r+b") as f:  # the newest record's trailer, torn
+            f.seek(history.HEADER_SIZE + end - 4)
+            f.write(struct.pack("<I", 7))
+        with expect_fdb_error(1007):
+            reader.commit().wait()
+        later = reader_of(db, b"k")
+        put(db, b"k")
+        with expect_fdb_error(1020):  # the history goes on from there
+            later.commit().wait()
+
+
+def test_versions_go_on_across_a_restart_without_jumping(path):
+    with EmbeddedDatabase(path) as db:
+        first = put(db, b"k")
+    with EmbeddedDatabase(path) as db:
+        assert db.commit_version() == first
+        second = put(db, b"k")
+    assert first < second <= max(first + 1, int(time.time() * 1e6))
+
+
+def test_a_history_of_another_boot_restarts_from_the_durable_ceiling(path):
+    with EmbeddedDatabase(path) as db:
+        first = put(db, b"k")
+        ceiling = header(db)[history._CEILING]
+        set_header(db, history._BOOT, header(db)[history._BOOT] ^ 1)
+    assert ceiling > first
+    with EmbeddedDatabase(path) as db:
+        assert db.commit_version() == ceiling  # past every version it may have lost
+        assert put(db, b"k") > ceiling
+
+
+def test_the_history_of_a_replaced_store_file_is_not_used(path):
+    old = EmbeddedDatabase(path)  # still open: its history file is in use
+    try:
+        put(old, b"k", b"old")
+        for suffix in ("", "-wal", "-shm"):
+            os.remove(path + suffix)
+        with EmbeddedDatabase(path) as new:
+            assert read(new, b"k") is None
+            put(new, b"k", b"new")
+            assert read(new, b"k") == b"new"
+            assert header(new)[history._ID] != history._F.unpack_from(old._history._header)[history._ID]
+            assert os.stat(path + "-hist").st_ino != os.fstat(old._history._fd).st_ino
+    finally:
+        old.close()
+
+
+def test_a_format_1_store_is_upgraded_and_its_old_history_dropped(path):
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript("""
+        PRAGMA journal_mode = WAL;
+        CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
+        CREATE TABLE state (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL,
+                            pruned INTEGER NOT NULL);
+        CREATE TABLE commits (version INTEGER PRIMARY KEY, ts REAL NOT NULL, ranges BLOB NOT NULL);
+        INSERT INTO meta VALUES ('format', 'fdb-jobs-embedded'), ('format_version', 1);
+        INSERT INTO state VALUES (0, 1700000000000000, 0);
+        INSERT INTO kv VALUES (x'6b', x'6f6c64');
+    """)
+    conn.close()
+    with EmbeddedDatabase(path) as db:
+        assert read(db, b"k") == b"old"
+        assert db.commit_version() == 1700000000000000
+        assert put(db, b"k", b"new") > 1700000000000000
+    conn = sqlite3.connect(path)
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "commits" not in tables  # a format-1 process still running fails its next commit
+        meta = dict(conn.execute("SELECT name, value FROM meta"))
+        assert meta["format_version"] == 2 and meta["history_id"]
+    finally:
+        conn.close()
+
+
+def test_a_store_of_a_newer_format_is_refused(path):
+    EmbeddedDatabase(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("UPDATE meta SET value = 3 WHERE name = 'format_version'")
+    conn.close()
+    with pytest.raises(StoreOpenError, match=r"written by a newer release \(format 3 > 2\)"):
+        open_database("sqlite:" + path)
+
+
+def test_a_one_write_commit_is_one_sqlite_statement(path, monkeypatch):
+    """Beyond the write itself, a commit costs SQLite nothing: no counter row, no history
+    row; the durable ceiling of the versions is raised (in a transaction with the write)
+    once per CEILING_STEP of versions."""
+    monkeypatch.setattr(commit_module, "CEILING_STEP", 10**12)
+    with EmbeddedDatabase(path) as db:
+        statements: list[str] = []
+        conn = db._get_conn()
+        conn.set_trace_callback(statements.append)
+        db._put_conn(conn, rollback=False)
+        put(db, b"a")  # the first commit raises the ceiling
+        assert [s.split()[0] for s in statements] == ["BEGIN", "INSERT", "UPDATE", "COMMIT"]
+        statements.clear()
+        put(db, b"b")
+        assert [s.split()[0] for s in statements] == ["INSERT"]
+        statements.clear()
+        tr = db.create_transaction()  # a read and a write: the snapshot's end, then the write
+        tr.get(b"a").wait()
+        tr.set(b"c", b"v")
+        tr.commit().wait()
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "COMMIT", "INSERT"]
+
+
+def _alone_on(hist: str) -> bool:
+    """Whether no open store holds the history file (its exclusive lock is free)."""
+    fd = os.open(hist, os.O_RDWR)
+    try:
+        return history._try_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+
+
+def test_a_forked_child_closing_the_store_leaves_the_parent_attached(path):
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k", b"parent")
+        pid = os.fork()
+        if pid == 0:  # the child: commit, close, exit without pytest's cleanup
+            code = 1
+            try:
+                put(db, b"k", b"child")
+                db.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert read(db, b"k") == b"child"
+        assert not _alone_on(path + "-hist")  # the parent still holds its shared lock
+        assert put(db, b"k", b"again") > 0
+    assert _alone_on(path + "-hist")  # ... released when the parent closes
