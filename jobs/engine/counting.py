@@ -34,7 +34,7 @@ import threading
 
 from .fdbapi import strinc
 from .futures import value_of
-from .wrapping import MUTATORS, WrappedDatabase
+from .wrapping import MUTATORS, WrappedDatabase, delegate
 
 _END = b"\xff"
 
@@ -312,16 +312,9 @@ def _anchor(key_or_selector) -> bytes:
     return getattr(key_or_selector, "key", key_or_selector)
 
 
-def _mutator(name: str):
-    def method(self, *args, **kwargs):
-        self._count(name, args)
-        return getattr(self._tr, name)(*args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"The wrapped transaction's ``{name}``, counted."
-    return method
+def _counted(self, name: str, args: tuple, kwargs: dict):
+    self._count(name, args)
+    return getattr(self._tr, name)(*args, **kwargs)
 
 
-for _name in MUTATORS:
-    setattr(CountingTransaction, _name, _mutator(_name))
-del _name
+delegate(CountingTransaction, MUTATORS, _counted, "The wrapped transaction's ``{name}``, counted.")

@@ -37,9 +37,9 @@ import threading
 
 from . import errors as E
 from .errors import FDBError
-from .futures import Future
+from .futures import Future, copy_outcome
 from .latency import LateReads, commit_later
-from .wrapping import MUTATORS, READS, WrappedDatabase
+from .wrapping import MUTATORS, READS, WrappedDatabase, delegate
 
 FAULTS = {  # name -> code
     "conflict": E.NOT_COMMITTED,
@@ -245,14 +245,8 @@ class _Relay(Future):
         inner.on_ready(self._copy)
 
     def _copy(self, inner) -> None:
-        if self._detached:
-            return
-        try:
-            value = inner.wait()
-        except BaseException as exc:  # noqa: BLE001 - handed on to the waiter
-            self.set_error(exc)
-        else:
-            self.set_result(value)
+        if not self._detached:
+            copy_outcome(inner, self)
 
     def detach(self) -> None:
         self._detached = True
@@ -276,27 +270,11 @@ class _Relay(Future):
         super().cancel()
 
 
-def _mutator(name: str):
-    def method(self, *args, **kwargs):
-        self._writes = True
-        return getattr(self._tr, name)(*args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"The wrapped transaction's ``{name}``."
-    return method
+def _write(self, name: str, args: tuple, kwargs: dict):
+    self._writes = True
+    return getattr(self._tr, name)(*args, **kwargs)
 
 
-def _read(name: str):
-    def method(self, *args, **kwargs):
-        return getattr(self._reads, name)(*args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"The wrapped transaction's ``{name}`` (after ``read_latency``)."
-    return method
-
-
-for _name in MUTATORS:
-    setattr(FaultInjectingTransaction, _name, _mutator(_name))
-for _name in READS:
-    setattr(FaultInjectingTransaction, _name, _read(_name))
-del _name
+delegate(FaultInjectingTransaction, MUTATORS, _write, "The wrapped transaction's ``{name}``.")
+delegate(FaultInjectingTransaction, READS, lambda self, name, args, kwargs: getattr(self._reads, name)(*args, **kwargs),
+         "The wrapped transaction's ``{name}`` (after ``read_latency``).")

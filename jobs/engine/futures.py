@@ -35,6 +35,17 @@ def value_of(future) -> bytes | None:
     return bytes(value) if value.present() else None
 
 
+def copy_outcome(inner, out) -> None:
+    """Settle ``out`` with the value or the error of ``inner`` (a ready future of either
+    engine)."""
+    try:
+        value = inner.wait()
+    except BaseException as exc:  # noqa: BLE001 - handed on to out's waiter
+        out.set_error(exc)
+    else:
+        out.set_result(value)
+
+
 class Future:
     """A value or an error that arrives later (set once, from any thread).
 

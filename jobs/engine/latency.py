@@ -21,7 +21,7 @@ import itertools
 import threading
 import time
 
-from .futures import Future
+from .futures import Future, copy_outcome
 
 
 class _Timer:
@@ -60,21 +60,13 @@ def commit_later(commit, seconds: float) -> Future:
     out = Future()
     start = time.monotonic()
 
-    def copy(inner) -> None:
-        try:
-            value = inner.wait()
-        except BaseException as exc:  # noqa: BLE001 - handed on to the waiter
-            out.set_error(exc)
-        else:
-            out.set_result(value)
-
     def apply() -> None:
         try:
             inner = commit()
         except BaseException as exc:  # noqa: BLE001 - handed on to the waiter
             out.set_error(exc)
             return
-        _TIMER.at(start + seconds, lambda: inner.on_ready(copy))
+        _TIMER.at(start + seconds, lambda: inner.on_ready(lambda f: copy_outcome(f, out)))
 
     _TIMER.at(start + seconds / 2, apply)
     return out

@@ -70,3 +70,19 @@ class WrappedDatabase:
 
     def __getattr__(self, name):  # close(), path, options, ...: the wrapped database's
         return getattr(self.db, name)
+
+
+def delegate(cls, names, call, doc: str) -> None:
+    """Give the wrapper class ``cls`` a method for each of ``names`` that returns
+    ``call(self, name, args, kwargs)``; ``doc`` (with ``{name}``) is its docstring."""
+    for name in names:
+        setattr(cls, name, _method(name, call, doc))
+
+
+def _method(name: str, call, doc: str):
+    def method(self, *args, **kwargs):
+        return call(self, name, args, kwargs)
+
+    method.__name__ = name
+    method.__doc__ = doc.format(name=name)
+    return method
