@@ -69,10 +69,8 @@ fields, ``codec.py``), and, which older releases ignore (writing them upgrades n
 per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).  Layout 5
 adds the ``counts`` of jobs by state, and puts every failed job in the ``finished`` index;
 upgrading to it records the types to count in ``recount`` (``counts.py``).  Layout 6 spreads
-the activity stamp and the pending wake of a type over 16 keys each (a transaction writes
-one of each; the single keys of layouts 1-5 were a cluster's first to saturate:
-``bench/capacity.py``); readers take the newest stamp, watchers watch every key
-(waiting accepts share one set per process: ``wakeups.py``).
+a type's activity stamp and pending wake over 16 keys each (a cluster's first keys to
+saturate: ``bench/capacity.py``); watchers watch all (``wakeups.py``).
 
 ``meta/layout`` is checked the first time a database is used, so a store written by a newer
 release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
@@ -253,11 +251,13 @@ def pending_entry(key: bytes) -> tuple[int | None, float, str]:
     return (LEGACY, *fields[1:]) if len(fields) == 3 else fields[1:]
 
 
+@functools.lru_cache(maxsize=4096)  # (every enqueue packs one)
 def watches_pending_key(type: str, shard: int | None = None) -> bytes:
     """The type's pending wake ``shard`` (None: the one key of layouts 1-5)."""
     return WATCHES_PENDING.pack((type,) if shard is None else (type, shard))
 
 
+@functools.lru_cache(maxsize=4096)  # (every change to a job packs one)
 def watches_activity_key(type: str, shard: int | None = None) -> bytes:
     """The type's activity stamp ``shard`` (None: the one key of layouts 1-5)."""
     return WATCHES_ACTIVITY.pack((type,) if shard is None else (type, shard))
