@@ -62,9 +62,9 @@ _draws: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 
 
 def shard(tr, shards: int | None = None) -> int:
-    """The one shard (of ``shards``, default ``SHARDS``) of every counter ``tr`` adds to (``rates.py``'s too)
-    and of the keys it stamps (``rows.bump_activity``), so that its writes to one of them
-    merge into one write."""
+    """The one shard (of ``shards``, default ``SHARDS``) of every counter ``tr`` adds to
+    (``rates.py``'s too) and of the keys it stamps or bumps (``rows.bump_activity``,
+    ``pending.wake``), so that its writes to one of them merge into one write."""
     try:
         found = _draws.get(tr)
         if found is None:

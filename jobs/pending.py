@@ -356,4 +356,4 @@ def watch(tr, type: str):
     keys that this process's waiting accepts hold together (``wakeups.py``).  A watch is a
     read: set it in a transaction that writes nothing, or that transaction conflicts with
     every concurrent enqueue."""
-    return wakeups.watch_any(tr, type, keys.watches_pending_keys(type))
+    return wakeups.watch_any(tr, keys.watches_pending_keys(type))

@@ -3,8 +3,8 @@
 
 Every change to a running job stamps its row's Seq and its activity key ``(Type, Seq)`` with
 one versionstamp of the commit, and stamps one of the type's ``watches_activity`` shards
-(what the activity monitor, the notifier and the processors watch: ``activity.py``).  Several running rows may be stamped in one transaction
-(a worker updating two jobs together): each gets its own versionstamp *user version*, so
+(what the activity monitor, the notifier and the processors watch: ``activity.py``).
+Several running rows may be stamped in one transaction (a worker updating two jobs together): each gets its own versionstamp *user version*, so
 their activity keys stay distinct (in couch_jobs the second would overwrite the first).
 """
 
@@ -23,6 +23,7 @@ _USER_VERSIONS = 1 << 16
 # transaction -> counter of the user versions it handed out (entries die with it)
 _stamps: "weakref.WeakKeyDictionary[object, itertools.count]" = weakref.WeakKeyDictionary()
 _fallback = itertools.count()
+
 
 def _new_seq(tr) -> Versionstamp:
     """An incomplete versionstamp unique within ``tr`` (its user version counts up)."""

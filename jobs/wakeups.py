@@ -45,8 +45,8 @@ class Ticket(Future):
 class _Generation:
     """Watches armed by one transaction at read ``version``; fires once, when one does."""
 
-    def __init__(self, hub: "_Hub | None", type: str, version: int, watches: list):
-        self.hub, self.type, self.version = hub, type, version
+    def __init__(self, hub: "_Hub | None", keys: tuple, version: int, watches: list):
+        self.hub, self.keys, self.version = hub, keys, version
         self._watches = watches
         self._lock = threading.Lock()
         self._tickets: set[Ticket] = set()
@@ -95,32 +95,32 @@ class _Generation:
 
 
 class _Hub:
-    """The live generations of one database, by type, oldest first."""
+    """The live generations of one database, by the keys they watch, oldest first."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._generations: dict[str, list[_Generation]] = {}
 
-    def usable(self, type: str, version: int) -> _Generation | None:
+    def usable(self, keys: tuple, version: int) -> _Generation | None:
         with self._lock:
-            for g in self._generations.get(type, ()):
+            for g in self._generations.get(keys, ()):
                 if g.version <= version and not g.done:
                     return g
         return None
 
     def add(self, g: _Generation) -> None:
         with self._lock:
-            self._generations.setdefault(g.type, []).append(g)
+            self._generations.setdefault(g.keys, []).append(g)
         if g.done:  # fired (and forgotten) before it was added
             self.forget(g)
 
     def forget(self, g: _Generation) -> None:
         with self._lock:
-            found = self._generations.get(g.type, [])
+            found = self._generations.get(g.keys, [])
             if g in found:
                 found.remove(g)
             if not found:
-                self._generations.pop(g.type, None)
+                self._generations.pop(g.keys, None)
 
 
 _hubs: "weakref.WeakKeyDictionary[object, _Hub]" = weakref.WeakKeyDictionary()
@@ -138,23 +138,23 @@ def _hub_of(tr) -> _Hub | None:
         return hub
 
 
-def watch_any(tr, type: str, keys: list[bytes]) -> Ticket:
-    """A watch (a :class:`Ticket`) that fires on the next change to any of ``keys``, the
-    wake keys of ``type``, after ``tr``'s read version: a share of this process's
-    generation when one is usable, else a generation armed in ``tr`` (a transaction that
-    writes nothing: a watch is a read)."""
+def watch_any(tr, keys) -> Ticket:
+    """A watch (a :class:`Ticket`) that fires on the next change to any of ``keys`` after
+    ``tr``'s read version: a share of a generation of this process watching the same keys
+    when one is usable, else a generation armed in ``tr`` (a transaction that writes
+    nothing: a watch is a read)."""
     version = tr.get_read_version().wait()
-    hub = _hub_of(tr)
-    if hub is not None and (g := hub.usable(type, version)) is not None:
+    keys, hub = tuple(keys), _hub_of(tr)
+    if hub is not None and (g := hub.usable(keys, version)) is not None:
         return g.join()
-    g = _Generation(hub, type, version, [watch_key(tr, key) for key in keys])
+    g = _Generation(hub, keys, version, [watch_key(tr, key) for key in keys])
     if hub is not None:
         hub.add(g)
     return g.join()
 
 
-def waiting(db, type: str) -> tuple[int, int]:
-    """``(generations, waiters)`` of ``type`` in this process (for tests and status)."""
+def waiting(db, keys) -> tuple[int, int]:
+    """``(generations, waiters)`` watching ``keys`` in this process (for tests)."""
     hub = _hubs.get(db)
-    found = [] if hub is None else list(hub._generations.get(type, ()))
+    found = [] if hub is None else list(hub._generations.get(tuple(keys), ()))
     return len(found), sum(len(g._tickets) for g in found)

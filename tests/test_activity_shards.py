@@ -5,12 +5,11 @@ that releases of layouts 1-5 stamp."""
 
 from __future__ import annotations
 
-import time
-
 import jobs
 from jobs import activity, keys, rows
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
+from waiting import wait_until
 
 T = "sharded"
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")
@@ -63,26 +62,17 @@ def _armed(db) -> list:
     return run(db, activity.watch, T)
 
 
-def _fires(watches, seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if any(w.is_ready() for w in watches):
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_the_watches_fire_on_a_stamp_of_any_shard_or_of_the_old_key(db):
     jobs.set_type_timeout(db, T, 60)
     jobs.add(db, T, "a")
     watches = _armed(db)
     assert len(watches) == keys.ACTIVITY_SHARDS + 1 and not any(w.is_ready() for w in watches)
     jobs.add(db, T, "b")  # stamps one shard
-    assert _fires(watches)
+    assert wait_until(lambda: any(w.is_ready() for w in watches))
     for w in watches:
         w.cancel()
     watches = _armed(db)
     run(db, lambda tr: tr.set_versionstamped_value(keys.watches_activity_key(T), _STAMP_AT_0))  # an older process
-    assert _fires(watches)
+    assert wait_until(lambda: any(w.is_ready() for w in watches))
     for w in watches:
         w.cancel()

@@ -5,23 +5,15 @@ on any shard (or on the one key of layouts 1-5), a waiter that leaves disturbing
 from __future__ import annotations
 
 import threading
-import time
 
 import jobs
 from jobs import keys, pending, wakeups
 from jobs.engine.transactional import run
+from waiting import wait_until
 
 T = "wakes"
+WAKE = keys.watches_pending_keys(T)  # what the type's waiting accepts watch
 ONE = (1).to_bytes(8, "little")
-
-
-def _until(cond, seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_enqueues_bump_the_shards_never_the_old_key(db):
@@ -40,14 +32,14 @@ def test_waiting_accepts_share_one_set_of_watches_and_each_gets_one_job(db):
     threads = [threading.Thread(target=lambda: got.append(jobs.accept(db, T, timeout=60))) for _ in range(n)]
     for i, t in enumerate(threads):  # one after another: each reads after the first armed its set
         t.start()
-        assert _until(lambda i=i: wakeups.waiting(db, T)[1] == i + 1)
-    assert wakeups.waiting(db, T) == (1, n)
+        assert wait_until(lambda i=i: wakeups.waiting(db, WAKE)[1] == i + 1)
+    assert wakeups.waiting(db, WAKE) == (1, n)
     for i in range(n):
         jobs.add(db, T, f"j{i}")
     for t in threads:
         t.join(60)
     assert sorted(job.id for job in got) == sorted(f"j{i}" for i in range(n))
-    assert wakeups.waiting(db, T) == (0, 0)  # fired, forgotten, its watches cancelled
+    assert wakeups.waiting(db, WAKE) == (0, 0)  # fired, forgotten, its watches cancelled
 
 
 def test_a_waiter_that_leaves_does_not_disturb_the_others(db):
@@ -55,9 +47,9 @@ def test_a_waiter_that_leaves_does_not_disturb_the_others(db):
     got = []
     patient = threading.Thread(target=lambda: got.append(jobs.accept(db, T, timeout=60)))
     patient.start()
-    assert _until(lambda: wakeups.waiting(db, T)[1] == 1)
+    assert wait_until(lambda: wakeups.waiting(db, WAKE)[1] == 1)
     assert jobs.accept(db, T, timeout=0.3) is None  # joins, times out, leaves
-    assert wakeups.waiting(db, T) == (1, 1)
+    assert wakeups.waiting(db, WAKE) == (1, 1)
     jobs.add(db, T, "late")
     patient.join(60)
     assert [job.id for job in got] == ["late"]
@@ -68,16 +60,16 @@ def test_an_older_process_bumping_the_old_key_wakes_the_waiters(db):
     ticket = run(db, pending.watch, T)
     assert not ticket.is_ready()
     run(db, lambda tr: tr.add(keys.watches_pending_key(T), ONE))  # what a layout-5 enqueue bumps
-    assert _until(ticket.is_ready)
+    assert wait_until(ticket.is_ready)
     ticket.wait()  # fired, no error
-    assert wakeups.waiting(db, T) == (0, 0)
+    assert wakeups.waiting(db, WAKE) == (0, 0)
 
 
 def test_the_last_waiter_leaving_cancels_the_watches(db):
     jobs.set_type_timeout(db, T, 60)
     first, second = run(db, pending.watch, T), run(db, pending.watch, T)
-    assert wakeups.waiting(db, T) == (1, 2)
+    assert wakeups.waiting(db, WAKE) == (1, 2)
     first.cancel()
-    assert wakeups.waiting(db, T) == (1, 1) and not second.is_ready()
+    assert wakeups.waiting(db, WAKE) == (1, 1) and not second.is_ready()
     second.cancel()
-    assert wakeups.waiting(db, T) == (0, 0)
+    assert wakeups.waiting(db, WAKE) == (0, 0)
