@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import time
 
-from . import keys, rows
+from . import keys, rows, wakeups
 from .codec import Lost, Row
 from .engine import Versionstamp, value_of
-from .engine.transactional import watch as watch_key
 
 _LAST_USER_VERSION = 0xFFFF
 
@@ -23,10 +22,11 @@ def last_activity(tr, type: str) -> bytes | None:
     return max((bytes(kv.value) for kv in tr.get_range(begin, end)), default=None)
 
 
-def watch(tr, type: str) -> list:
-    """Watches that fire on the type's next activity (one per key it may be stamped on; wait
-    for any, after commit)."""
-    return [watch_key(tr, key) for key in keys.watches_activity_keys(type)]
+def watch(tr, type: str):
+    """Watch that fires on the type's next activity, a stamp of any key it may be stamped
+    on (wait on it after commit; cancel it to stop waiting): a share of the watches this
+    process's notifier and processors hold together on those keys (``wakeups.py``)."""
+    return wakeups.watch_any(tr, keys.watches_activity_keys(type))
 
 
 def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bool]:

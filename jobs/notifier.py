@@ -1,9 +1,10 @@
 """The notifier behind ``jobs.subscribe`` / ``jobs.wait`` / ``jobs.unsubscribe``.
 
-One notifier thread per database per process holds one set of watches per job type with
-subscribers (on the type's ``watches_activity`` keys, one of which every change to a job of
-the type stamps: ``activity.watch``), so thousands of subscriptions cost one set each type.  When a watch fires (or a
-subscription is added) it re-reads the subscribed jobs' rows in one snapshot transaction
+One notifier thread per database per process holds one watch per job type with subscribers
+(``activity.watch``: on the type's ``watches_activity`` keys, one of which every change to
+a job of the type stamps; a share of the set the process's processors hold too), so
+thousands of subscriptions cost one set each type.  When it fires (or a subscription is
+added) it re-reads the subscribed jobs' rows in one snapshot transaction
 and queues an :class:`Event` for each job whose state or last activity changed: pending ->
 running (again for each update while running) -> finished, or ``not_found`` once removed.
 A subscription ends after ``finished`` or ``not_found``.  Changes that happen between two
@@ -20,7 +21,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from . import activity, keys, rows
+from . import activity, keys, rows, wakeups
 from .codec import decode_data, decode_row
 from .engine import error_code, value_of
 from .engine.errors import OPERATION_CANCELLED
@@ -104,11 +105,7 @@ class Notifier:
                 if error_code(sys.exc_info()[1]) != OPERATION_CANCELLED:
                     raise
                 return
-            for w in watches:
-                w.on_ready(lambda _f: wake.set())
-            wake.wait(POLL_CAP)
-            for w in watches:
-                w.cancel()
+            wakeups.sleep_until_any(watches, wake, POLL_CAP)
 
     def _end_all(self) -> None:
         with self.cond:
@@ -145,7 +142,7 @@ class Notifier:
                     self._subs.remove(sub)
             if events:
                 self.cond.notify_all()
-        return [w for t in {s.type for s in subs} for w in activity.watch(tr, t)]
+        return [activity.watch(tr, t) for t in {s.type for s in subs}]
 
 
 _notifiers: "weakref.WeakKeyDictionary[object, Notifier]" = weakref.WeakKeyDictionary()

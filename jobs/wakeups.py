@@ -153,6 +153,16 @@ def watch_any(tr, keys) -> Ticket:
     return g.join()
 
 
+def sleep_until_any(watches, wake: threading.Event, timeout: float) -> None:
+    """Block until one of ``watches`` fires, ``wake`` is set (by the caller's own news) or
+    ``timeout`` s pass; then cancel them all (a fired one is left as it is)."""
+    for w in watches:
+        w.on_ready(lambda _f: wake.set())
+    wake.wait(timeout)
+    for w in watches:
+        w.cancel()
+
+
 def waiting(db, keys) -> tuple[int, int]:
     """``(generations, waiters)`` watching ``keys`` in this process (for tests)."""
     hub = _hubs.get(db)

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import Halt, activity
+from jobs import Halt, activity, wakeups
 from jobs.engine.transactional import run as run_transaction
 
 from .run import Run
@@ -118,7 +118,7 @@ def _lost_jobs(db, held: Held) -> list[Run]:
     def check(tr):
         with jobs.read_ahead(tr, [r.job for r in runs]):  # (one round trip for them all)
             lost = [r for r in runs if not jobs.is_held(tr, r.job)]
-        return lost, [w for t in {r.job.type for r in runs} for w in activity.watch(tr, t)]
+        return lost, [activity.watch(tr, t) for t in {r.job.type for r in runs}]
 
     try:
         lost, watches = run_transaction(db, check)
@@ -126,12 +126,7 @@ def _lost_jobs(db, held: Held) -> list[Run]:
         log.exception("checking the held jobs failed")
         time.sleep(1.0)  # not a busy loop while the store is failing
         return []
-    if not lost:
-        for w in watches:
-            w.on_ready(lambda _f: wake.set())
-        wake.wait(1.0)
-    for w in watches:
-        w.cancel()
+    wakeups.sleep_until_any(watches, wake, 0 if lost else 1.0)
     return lost
 
 

@@ -6,7 +6,7 @@ that releases of layouts 1-5 stamp."""
 from __future__ import annotations
 
 import jobs
-from jobs import activity, keys, rows
+from jobs import activity, keys, rows, wakeups
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
 from waiting import wait_until
@@ -58,21 +58,30 @@ def test_a_layout_5_stamp_is_read_until_a_newer_one_and_the_first_change_upgrade
     assert _stamps(db)[keys.watches_activity_key(T)] == old  # kept: the newest stamp wins
 
 
-def _armed(db) -> list:
+def _armed(db):
     return run(db, activity.watch, T)
 
 
-def test_the_watches_fire_on_a_stamp_of_any_shard_or_of_the_old_key(db):
+def test_the_watch_fires_on_a_stamp_of_any_shard_or_of_the_old_key(db):
     jobs.set_type_timeout(db, T, 60)
     jobs.add(db, T, "a")
-    watches = _armed(db)
-    assert len(watches) == keys.ACTIVITY_SHARDS + 1 and not any(w.is_ready() for w in watches)
+    watch = _armed(db)
+    assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (1, 1)  # one set: 17 keys
+    assert len(keys.watches_activity_keys(T)) == keys.ACTIVITY_SHARDS + 1 and not watch.is_ready()
     jobs.add(db, T, "b")  # stamps one shard
-    assert wait_until(lambda: any(w.is_ready() for w in watches))
-    for w in watches:
-        w.cancel()
-    watches = _armed(db)
+    assert wait_until(watch.is_ready)
+    watch = _armed(db)
     run(db, lambda tr: tr.set_versionstamped_value(keys.watches_activity_key(T), _STAMP_AT_0))  # an older process
-    assert wait_until(lambda: any(w.is_ready() for w in watches))
-    for w in watches:
-        w.cancel()
+    assert wait_until(watch.is_ready)
+    assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (0, 0)
+
+
+def test_watchers_of_one_process_share_one_set(db):
+    jobs.set_type_timeout(db, T, 60)
+    jobs.add(db, T, "a")
+    first, second = _armed(db), _armed(db)
+    assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (1, 2)
+    first.cancel()  # the set stays for the other
+    assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (1, 1) and not second.is_ready()
+    jobs.add(db, T, "b")
+    assert wait_until(second.is_ready)
