@@ -19,43 +19,42 @@ _DELETE = "DELETE FROM kv WHERE k = ?"
 
 
 def apply_log(conn, log: list, stamp: bytes) -> None:
-    """Replay the mutation log into SQLite.  Runs of plain writes go in one
-    ``executemany`` each (in log order, so the last write of a key wins)."""
-    puts: list[tuple[bytes, bytes]] = []
-    deletes: list[tuple[bytes]] = []
-    # key -> [sum, length]: applied once, at the end (one mutation has nothing to sum)
-    summed = _summable_adds(log, stamp) if len(log) > 1 else {}
-
-    def flush() -> None:
-        if puts:
-            _execute(conn, _PUT, puts)
-            puts.clear()
-        if deletes:
-            _execute(conn, _DELETE, deletes)
-            deletes.clear()
-
+    """Replay the mutation log into SQLite.  A key's last write wins, so the sets and
+    clears are reduced to each key's final value, applied at the end in one
+    ``executemany`` for the puts and one for the deletes (a batch of jobs that clears one
+    key and sets another for each job makes two statements, not two per job).  What
+    cannot wait is applied in log order before them: a range clear (dropping the final
+    values it covers), an atomic operation on a key the log has not written yet; an
+    atomic operation on a key it has is worked out on that value; adds to a key nothing
+    else touches are summed and applied once (:func:`_apply_sums`)."""
+    final: dict[bytes, bytes | None] = {}  # key -> its value after the log (None: cleared)
+    summed = _summable_adds(log, stamp) if len(log) > 1 else {}  # key -> [sum, length]
     for m in log:
         kind = m[0]
-        if kind == "set" or kind == "stamp_key" or kind == "stamp_value":
-            if deletes:
-                flush()
-            if kind == "set":
-                puts.append((m[1], m[2]))
-            elif kind == "stamp_key":
-                puts.append((apply_stamp(m[1], stamp), m[2]))
-            else:
-                puts.append((m[1], apply_stamp(m[2], stamp)))
+        if kind == "set":
+            final[m[1]] = m[2]
         elif kind == "clear":
-            if puts:
-                flush()
-            deletes.append((m[1],))
+            final[m[1]] = None
+        elif kind == "stamp_key":
+            final[apply_stamp(m[1], stamp)] = m[2]
+        elif kind == "stamp_value":
+            final[m[1]] = apply_stamp(m[2], stamp)
+        elif kind == "clear_range":
+            begin, end = m[1], m[2]
+            for key in [key for key in final if begin <= key < end]:
+                del final[key]
+            conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (begin, end))
+        elif m[1] == "add" and m[2] in summed:
+            summed[m[2]][0] += int.from_bytes(m[3], "little")
+        elif m[2] in final:
+            final[m[2]] = ATOMIC_OPS[m[1]](final[m[2]], m[3])
         else:
-            flush()
-            if kind == "clear_range":
-                conn.execute("DELETE FROM kv WHERE k >= ? AND k < ?", (m[1], m[2]))
-            else:
-                _apply_atomic(conn, m, summed)
-    flush()
+            _apply_atomic(conn, m)
+    puts = [(key, value) for key, value in final.items() if value is not None]
+    if len(puts) < len(final):
+        _execute(conn, _DELETE, [(key,) for key, value in final.items() if value is None])
+    if puts:
+        _execute(conn, _PUT, puts)
     if summed:
         _apply_sums(conn, summed)
 
@@ -104,13 +103,11 @@ def _apply_sums(conn, summed: dict[bytes, list]) -> None:
                             for key, (total, n) in summed.items()])
 
 
-def _apply_atomic(conn, m: tuple, summed: dict) -> None:
-    """One atomic operation ``("atomic", op, key, param)``: added to the key's sum when its
-    adds are summed, one UPSERT when it always leaves a value, else read and written."""
+def _apply_atomic(conn, m: tuple) -> None:
+    """One atomic operation ``("atomic", op, key, param)`` on the stored value: one UPSERT
+    when it always leaves a value, else read and written."""
     _atomic, op, key, param = m
-    if op == "add" and key in summed:  # summed with the key's other adds
-        summed[key][0] += int.from_bytes(param, "little")
-    elif op in KEEPS_A_VALUE:
+    if op in KEEPS_A_VALUE:
         conn.execute(_UPSERT_ATOMIC, (key, op, param, op, param))
     else:
         row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
