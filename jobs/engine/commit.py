@@ -8,6 +8,7 @@ import time
 
 from .atomic import ATOMIC_OPS, KEEPS_A_VALUE
 from .history import CEILING_STEP
+from .keyvalues import stored_values
 from .ranges import apply_stamp, merge_ranges
 
 VERSIONS_PER_SECOND = 1_000_000  # FoundationDB's nominal version rate
@@ -87,18 +88,11 @@ def _execute(conn, sql: str, rows: list) -> None:
         conn.executemany(sql, rows)
 
 
-_IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
-
-
 def _apply_sums(conn, summed: dict[bytes, list]) -> None:
-    """Apply the summed adds: the keys' values read in one statement per _IN_CHUNK keys and
-    written in one ``executemany`` (instead of a statement per key, each calling back into
-    Python for the arithmetic)."""
-    keys = list(summed)
-    found: dict[bytes, bytes] = {}
-    for start in range(0, len(keys), _IN_CHUNK):
-        chunk = keys[start:start + _IN_CHUNK]
-        found.update(conn.execute(f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(chunk))})", chunk))
+    """Apply the summed adds: the keys' values read together and written in one
+    ``executemany`` (instead of a statement per key, each calling back into Python for
+    the arithmetic)."""
+    found = stored_values(conn, list(summed))
     conn.executemany(_PUT, [(key, ATOMIC_OPS["add"](found.get(key), (total % (1 << (8 * n))).to_bytes(n, "little")))
                             for key, (total, n) in summed.items()])
 

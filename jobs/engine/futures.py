@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+from .atomic import ATOMIC_OPS
 from .errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED, FDBError
 
 
@@ -133,7 +134,8 @@ class Value:
 
     Tied to its transaction as the bindings' futures are: a transaction destroyed (dropped)
     before the value was first looked at cancels it (1025), which is what FoundationDB does
-    to a read still in flight.  This engine's reads are ready at once, so the rule applies
+    to a read still in flight.  This engine's reads count as ready at once (a point read
+    is made when a value is first looked at: :class:`DeferredValue`), so the rule applies
     to values not yet looked at: code that drops a transaction too early fails here as it
     would on a cluster."""
 
@@ -234,6 +236,43 @@ class Value:
 
     def __repr__(self) -> str:
         return repr(self.value)
+
+
+_UNREAD = object()
+
+
+class DeferredValue(Value):
+    """A point read its transaction has not made yet: when one of them is first looked
+    at, the transaction reads every key it was asked for and has not read, in one query
+    (as a cluster serves reads issued together in one round trip, not one after another).
+    ``ops``: the transaction's atomic operations on the key when it was asked, applied to
+    the stored value (a read sees the writes made before it, not after)."""
+
+    __slots__ = ("key", "ops", "error")
+
+    def __init__(self, key: bytes, ops, owner):
+        super().__init__(_UNREAD, owner)
+        self.key, self.ops, self.error = key, ops, None
+
+    def settle(self, stored: bytes | None = None, error: BaseException | None = None) -> None:
+        """(By the transaction.)  The key's stored value, or why it could not be read."""
+        if error is not None:
+            self.error = error
+            return
+        for op, param in self.ops or ():
+            stored = ATOMIC_OPS[op](stored, param)
+        self._value = stored
+
+    @property
+    def value(self) -> bytes | None:
+        if self._value is _UNREAD and self.error is None:
+            tr = self._owner() if self._owner is not None else None
+            if tr is None:
+                raise FDBError(TRANSACTION_CANCELLED, "the transaction was destroyed before this read was used")
+            tr._read_deferred()
+        if self.error is not None:
+            raise self.error
+        return Value.value.fget(self)
 
 
 def _plain(other):

@@ -48,3 +48,16 @@ def strinc_or_end(prefix: bytes) -> bytes:
     if not stripped:
         return b"\xff"
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+_IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
+
+
+def stored_values(conn, keys: list[bytes]) -> dict[bytes, bytes]:
+    """The values stored under those of ``keys`` that exist (table ``kv``), read in one
+    statement per _IN_CHUNK keys rather than one per key."""
+    found: dict[bytes, bytes] = {}
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start:start + _IN_CHUNK]
+        found.update(conn.execute(f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(chunk))})", chunk))
+    return found

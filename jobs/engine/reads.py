@@ -12,8 +12,8 @@ from . import limits
 from .atomic import ATOMIC_OPS
 from .errors import FDBError
 from .fdbapi import KeySelector, KeyValue
-from .futures import Future, RangeResult, Value
-from .keyvalues import strinc_or_end, to_key
+from .futures import DeferredValue, Future, RangeResult, Value
+from .keyvalues import stored_values, strinc_or_end, to_key
 from .limits import TRANSACTION_SIZE_LIMIT
 from .options import TransactionOptions
 from .ranges import in_ranges, merge_ranges, overlaps_spans, subtract
@@ -36,6 +36,7 @@ class TransactionRead:
         self._retries = 0
         self._created = time.monotonic()
         self._conn = None
+        self._deferred: list[DeferredValue] = []  # point reads not made yet (futures.py)
         self._reset_options()
         self._reset_state()
 
@@ -88,6 +89,11 @@ class TransactionRead:
         self._failed = False  # the last commit failed: unusable until on_error() or reset()
 
     def _release_conn(self) -> None:
+        if self._deferred and self._conn is not None:  # (before its snapshot ends)
+            try:
+                self._read_deferred()
+            except Exception:  # noqa: BLE001 - each read holds its error
+                pass
         conn, self._conn = self._conn, None
         if conn is not None:
             self.db._put_conn(conn, rollback=True)
@@ -155,17 +161,36 @@ class TransactionRead:
             if entry[0] == _UNREADABLE:
                 raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
             return Value(entry[1], self._ref)  # (the payload of a clear is None)
-        conn = self._read_conn()
-        value = self._cache.get(key, _MISSING)
-        if value is _MISSING:
-            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            value = self._cache[key] = row[0] if row else None
+        self._read_conn()
         if not snapshot:
             self._reads.append((key, key + b"\x00"))
+        value = self._cache.get(key, _MISSING)
+        if value is _MISSING:  # read with the others asked for, when one is looked at
+            deferred = DeferredValue(key, None if entry is None else tuple(entry[1]), self._ref)
+            self._deferred.append(deferred)
+            return deferred
         if entry is not None:  # atomic ops on an unknown base: resolve against the store
             for op, param in entry[1]:
                 value = ATOMIC_OPS[op](value, param)
         return Value(value, self._ref)
+
+    def _read_deferred(self) -> None:
+        """Make the point reads not made yet, all in one query (``keyvalues.stored_values``)."""
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        try:
+            conn = self._conn  # (asked for in time: no 1007 for being looked at late)
+            wanted = [key for key in dict.fromkeys(d.key for d in deferred) if key not in self._cache]
+            found = stored_values(conn, wanted)
+            for key in wanted:
+                self._cache[key] = found.get(key)
+        except BaseException as exc:
+            for d in deferred:
+                d.settle(error=exc)
+            raise
+        for d in deferred:
+            d.settle(self._cache[d.key])
 
     def get(self, key) -> Value:
         return self._get(key, False)
