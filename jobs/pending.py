@@ -95,11 +95,10 @@ def _job_id(key: bytes) -> str:
 def _read(tr, begin: bytes, end: bytes, limit: int, seen: dict | None = None) -> list[bytes]:
     """The keys of a snapshot range read; ``seen`` (if given) also keeps their values."""
     if seen is None:
-        return [bytes(key) for key, _value in tr.snapshot.get_range(begin, end, limit=limit)]
-    found = list(tr.snapshot.get_range(begin, end, limit=limit))
-    out = [bytes(key) for key, _value in found]
-    seen.update(zip(out, (bytes(value) for _key, value in found)))
-    return out
+        return [bytes(kv.key) for kv in tr.snapshot.get_range(begin, end, limit=limit)]
+    found = {bytes(kv.key): bytes(kv.value) for kv in tr.snapshot.get_range(begin, end, limit=limit)}
+    seen.update(found)
+    return list(found)
 
 
 # transaction -> {pending key: value} of the heads its picks read (entries die with it):
