@@ -17,15 +17,13 @@ import time
 
 import jobs
 
+from .bench_engine import fresh_store
+
 TYPE = "bulk"
 
 
 def _store(directory: str, name: str):
-    path = os.path.join(directory, f"{name}.sqlite")
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.remove(path + suffix)
-    db = jobs.open("sqlite:" + path)
+    db = jobs.open(fresh_store(directory, f"{name}.sqlite"))
     jobs.set_type_timeout(db, TYPE, 60)
     return db
 

@@ -38,6 +38,18 @@ def __getattr__(name):  # `jobs worker bench.peers.ours_peer:processor`
     raise AttributeError(name)
 
 
+@functools.cache
+def _compile_sources() -> None:
+    """Byte-compile the project's packages, as pip does for the peers' installed ones: an
+    editable install under PYTHONDONTWRITEBYTECODE would otherwise compile every module in
+    each worker process that starts, on the cores the running workers use."""
+    import compileall
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for package in ("jobs", "processors", "jobsctl", "monitor", "bench"):
+        compileall.compile_dir(os.path.join(root, package), quiet=1)
+
+
 class OursPeer(Peer):
     name = "ours"
     title = "ours (embedded engine)"
@@ -62,6 +74,7 @@ class OursPeer(Peer):
         import jobs
         from jobs import store
 
+        _compile_sources()
         from bench.bench_engine import fresh_store
         from jobsctl import scratch
 
