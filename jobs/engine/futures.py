@@ -251,8 +251,7 @@ class DeferredValue(Value):
     __slots__ = ("key", "ops", "error")
 
     def __init__(self, key: bytes, ops, owner):
-        super().__init__(_UNREAD, owner)
-        self.key, self.ops, self.error = key, ops, None
+        self._value, self._owner, self.key, self.ops, self.error = _UNREAD, owner, key, ops, None
 
     def settle(self, stored: bytes | None = None, error: BaseException | None = None) -> None:
         """(By the transaction.)  The key's stored value, or why it could not be read."""
@@ -265,14 +264,19 @@ class DeferredValue(Value):
 
     @property
     def value(self) -> bytes | None:
-        if self._value is _UNREAD and self.error is None:
+        if self._value is _UNREAD:
+            if self.error is not None:
+                raise self.error
             tr = self._owner() if self._owner is not None else None
             if tr is None:
                 raise FDBError(TRANSACTION_CANCELLED, "the transaction was destroyed before this read was used")
             tr._read_deferred()
-        if self.error is not None:
-            raise self.error
-        return Value.value.fget(self)
+            if self.error is not None:
+                raise self.error
+            self._owner = None  # looked at while alive: the value is kept from now on
+        elif self._owner is not None:
+            return Value.value.fget(self)
+        return self._value
 
 
 def _plain(other):

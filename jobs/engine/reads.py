@@ -180,11 +180,17 @@ class TransactionRead:
         if not deferred:
             return
         try:
-            conn = self._conn  # (asked for in time: no 1007 for being looked at late)
-            wanted = [key for key in dict.fromkeys(d.key for d in deferred) if key not in self._cache]
-            found = stored_values(conn, wanted)
-            for key in wanted:
-                self._cache[key] = found.get(key)
+            conn, cache = self._conn, self._cache  # (asked in time: no 1007 for a late look)
+            if len(deferred) == 1:  # (the commonest case: a plain point query)
+                key = deferred[0].key
+                if key not in cache:
+                    row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+                    cache[key] = row[0] if row else None
+            else:
+                wanted = [key for key in dict.fromkeys(d.key for d in deferred) if key not in cache]
+                found = stored_values(conn, wanted)
+                for key in wanted:
+                    cache[key] = found.get(key)
         except BaseException as exc:
             for d in deferred:
                 d.settle(error=exc)

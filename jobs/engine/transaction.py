@@ -249,7 +249,8 @@ class Transaction(TransactionRead):
         ``reset``; its versionstamp future fails with 2020 and its watches with the error."""
         self._check_usable()
         try:
-            self._read_deferred()  # (inside the read snapshot, which the commit ends)
+            if self._deferred:  # (inside the read snapshot, which the commit ends)
+                self._read_deferred()
             if not self._log and not self._extra_writes:
                 self._committed_version = -1  # read-only: nothing to check, as in FDB
             else:
