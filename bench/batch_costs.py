@@ -10,17 +10,15 @@ one after the other to compare a change.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 
 import jobs
 from jobs.engine.transactional import run
 
-from .bulk import TYPE, _store
+from .bulk import TYPE, _store, arguments
 
 ACCEPT_BATCH = 32
 FINISH_BATCH = 64
@@ -77,12 +75,7 @@ def one_round(directory: str, n: int) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.batch_costs")
-    p.add_argument("--jobs", type=int, default=6400)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--dir", default=None)
-    args = p.parse_args(argv)
-    directory = args.dir or tempfile.mkdtemp(prefix="bench-batch-costs-")
+    args, directory = arguments("batch_costs", 6400, argv)
     rounds = [one_round(directory, args.jobs) for _ in range(args.repeat)]
     for way in rounds[0]:
         runs = [r[way] for r in rounds]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -51,13 +50,19 @@ WAYS = {"add, one per transaction": (one_per_transaction, 10), "add, 1,000 per t
         "add_many": (bulk, 1)}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bulk")
-    p.add_argument("--jobs", type=int, default=50_000)
+def arguments(module: str, jobs: int, argv) -> tuple[argparse.Namespace, str]:
+    """``--jobs``, ``--repeat`` and ``--dir`` of ``python -m bench.<module>``; the args and
+    the directory for the stores (a new temporary one unless given)."""
+    p = argparse.ArgumentParser(prog=f"python -m bench.{module}")
+    p.add_argument("--jobs", type=int, default=jobs)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--dir", default=None)
     args = p.parse_args(argv)
-    directory = args.dir or tempfile.mkdtemp(prefix="bench-bulk-")
+    return args, args.dir or tempfile.mkdtemp(prefix=f"bench-{module}-")
+
+
+def main(argv=None) -> int:
+    args, directory = arguments("bulk", 50_000, argv)
     rates: dict[str, list[float]] = {name: [] for name in WAYS}
     for _ in range(args.repeat):
         for name, (fn, divisor) in WAYS.items():  # interleaved: the machine's noise hits all alike

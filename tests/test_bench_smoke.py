@@ -76,3 +76,15 @@ def test_fairness_bench_starts_key_b():
     assert len(rows) == 2, p.stdout
     assert "not started" not in rows[0], p.stdout  # key B's job was taken
     assert "key B's first job started after" in p.stdout, p.stdout
+
+
+def test_bulk_and_batch_costs_run_every_way(tmp_path, capsys):
+    from bench import batch_costs, bulk
+
+    assert bulk.main(["--jobs", "100", "--repeat", "1", "--dir", str(tmp_path)]) == 0
+    rates = json.loads(capsys.readouterr().out)["jobs_per_s"]
+    assert set(rates) == set(bulk.WAYS) and all(r[0] > 0 for r in rates.values())
+    assert batch_costs.main(["--jobs", "128", "--repeat", "1", "--dir", str(tmp_path)]) == 0
+    [costs] = json.loads(capsys.readouterr().out)["us_per_job"]
+    assert set(costs) == {"add", "accept", "finish", "add_many", "accept_many(32)", "finish, 64 a transaction"}
+    assert all(us > 0 for us in costs.values())
