@@ -18,7 +18,7 @@ import time
 import jobs
 from jobs.engine.transactional import run
 
-from .bulk import TYPE, _store, arguments
+from .bulk import TYPE, arguments, new_store
 
 ACCEPT_BATCH = 32
 FINISH_BATCH = 64
@@ -57,12 +57,12 @@ def _finish_together(tr, taken: list[jobs.Job]) -> None:
 def one_round(directory: str, n: int) -> dict[str, float]:
     """Microseconds a job of each way, on fresh stores of ``n`` jobs."""
     out = {}
-    db = _store(directory, "one")
+    db = new_store(directory, "one")
     out["add"] = _timed(lambda: [jobs.add(db, TYPE, job_id, data) for job_id, data in _ids(n)])
     singles, out["accept"] = _accepted(db, n, 1)
     out["finish"] = _timed(lambda: [jobs.finish(db, job) for [job] in singles])
     db.close()
-    db = _store(directory, "batched")
+    db = new_store(directory, "batched")
     out["add_many"] = _timed(lambda: jobs.add_many(db, TYPE, _ids(n)))
     batches, out[f"accept_many({ACCEPT_BATCH})"] = _accepted(db, n, ACCEPT_BATCH)
     taken = [job for batch in batches for job in batch]

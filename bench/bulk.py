@@ -21,7 +21,7 @@ from .bench_engine import fresh_store
 TYPE = "bulk"
 
 
-def _store(directory: str, name: str):
+def new_store(directory: str, name: str):
     db = jobs.open(fresh_store(directory, f"{name}.sqlite"))
     jobs.set_type_timeout(db, TYPE, 60)
     return db
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeat):
         for name, (fn, divisor) in WAYS.items():  # interleaved: the machine's noise hits all alike
             n = max(1, args.jobs // divisor)
-            db = _store(directory, "bulk")
+            db = new_store(directory, "bulk")
             t = time.perf_counter()
             fn(db, n)
             rates[name].append(n / (time.perf_counter() - t))

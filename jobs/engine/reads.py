@@ -196,7 +196,7 @@ class TransactionRead:
                 d.settle(error=exc)
             raise
         for d in deferred:
-            d.settle(self._cache[d.key])
+            d.settle(cache[d.key])
 
     def get(self, key) -> Value:
         return self._get(key, False)
