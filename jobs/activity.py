@@ -29,13 +29,14 @@ def watch(tr, type: str):
     return wakeups.watch_any(tr, keys.watches_activity_keys(type))
 
 
-def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bool]:
+def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int, found: list | None = None) -> tuple[int, bool]:
     """Make pending again (lock dropped, scheduled time and data kept) up to ``limit``
     running jobs of ``type`` whose last activity is at or before the versionstamp ``up_to``,
     counting each as a lost worker on the job (its row's Lost) and on the type (the ``lost``
     counter), in this same transaction: a re-enqueue that commits is counted exactly once.
     Their workers get Halt at their next update or finish.  Returns ``(re-enqueued, more)``,
-    ``more`` when the batch was full and jobs may be left."""
+    ``more`` when the batch was full and jobs may be left; ``found``, if given, receives
+    ``(job id, worker)`` of each job re-enqueued (this attempt's: clear it before a retry)."""
     begin, _end = keys.activity_range(type)
     end = keys.activity_key(type, Versionstamp(up_to, _LAST_USER_VERSION)) + b"\x00"
     batch = list(tr.get_range(begin, end, limit=limit))
@@ -51,6 +52,8 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int) -> tuple[int, bo
         rows.make_pending(tr, type, job_id, row.stime, row.data, lost=one_more_lost(row), priority=row.priority,
                           key=row.key)
         count += 1
+        if found is not None:
+            found.append((job_id, row.worker))
     if count:
         tr.add(keys.lost_counter_key(type), count.to_bytes(8, "little"))
     return count, len(batch) == limit

@@ -134,8 +134,9 @@ class ActivityMonitor:
         while True:
             tr = self.db.create_transaction()
             tr.options.set_timeout(TRANSACTION_TIMEOUT_MS)
+            found: list = []
             try:
-                count, more = activity.reenqueue_inactive(tr, type, up_to, self._batch.size)
+                count, more = activity.reenqueue_inactive(tr, type, up_to, self._batch.size, found)
                 tr.commit().wait()
             except Exception as exc:  # noqa: BLE001 - sorted by FDB code just below
                 if error_code(exc) is None:
@@ -147,6 +148,8 @@ class ActivityMonitor:
                     continue
                 raise
             total += count
+            if found:
+                _say_reenqueued(type, found)
             if not more:
                 return total
             self._batch.full()
@@ -195,3 +198,13 @@ class ActivityMonitor:
         while True:
             await anyio.to_thread.run_sync(self._check_logged)
             await anyio.sleep(jittered(self.interval()))
+
+
+def _say_reenqueued(type: str, found: list) -> None:
+    """Log the jobs one re-enqueue committed, by the worker that held them: a worker that
+    died is expected now and then; one that is alive and listed here stalled past the type
+    timeout (its jobs run again elsewhere, and its own outcomes for them are dropped)."""
+    by_worker = collections.Counter(worker or "?" for _id, worker in found)
+    log.warning("type %s: re-enqueued %d running job(s) not updated for the type timeout (%s; e.g. %s)", type,
+                len(found), ", ".join(f"{n} of worker {w}" for w, n in by_worker.most_common()),
+                ", ".join(job_id for job_id, _w in found[:5]))

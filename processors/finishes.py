@@ -45,9 +45,10 @@ class Finishes:
         """Queue ``run``'s outcome; False if the run was halted first (nothing to write)."""
         if not run.state.finish():  # (no more heartbeats; the lost-job watcher leaves it alone)
             return False
+        run.queued_at = now = time.monotonic()
         with self._lock:
             if not self._queue:
-                self._oldest = time.monotonic()
+                self._oldest = now
             self._queue.append((run, outcome, kind))
         return True
 
@@ -108,9 +109,14 @@ class Finishes:
         self.report(batch, lost)
 
     def report(self, batch: list, lost: set) -> None:
-        """Tell of ``batch`` once it committed, ``lost`` naming the runs that wrote nothing."""
+        """Tell of ``batch`` once it committed, ``lost`` naming the runs that wrote nothing
+        (each said in the log: its handler ran, and another worker may run it again)."""
         for run, _outcome, kind in batch:
             if run in lost:
+                if not run.state.halted.is_set():  # (halted before: said then)
+                    log.warning("job %s/%s: its outcome was not written: the job was re-enqueued or removed "
+                                "while its outcome waited %.3f s to be committed", run.job.type, run.job.id,
+                                time.monotonic() - run.queued_at)
                 run.state.halt()
                 self._written(run, None)
             else:

@@ -133,12 +133,16 @@ class Outcomes:
                             raise
                         raise _HookFailed() from exc
 
+        halted_before = run.state.halted.is_set()  # (said when it was halted)
         try:
             # no heartbeat or hand-back in between; the lost-job watcher must not take our
             # finish for a loss
             with run.state.writing(finish=True):
                 run_transaction(self.db, body)
         except Halt:  # halted before, or lost meanwhile: nothing written
+            if not halted_before:
+                log.warning("job %s/%s: its outcome was not written: the job was re-enqueued or removed meanwhile",
+                            run.job.type, run.job.id)
             return False
         return True
 

@@ -138,6 +138,7 @@ class Run:
         self.beat_every = beat_every
         self.next_beat = time.monotonic() + beat_every
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
+        self.queued_at = 0.0  # (monotonic) when its outcome was queued for the group commit
         self.state = RunState(f"job {job.type}/{job.id}")
 
     @property

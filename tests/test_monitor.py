@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 import jobs
+from jobs.accepting import this_worker
 from jobs.engine import FDBError
 from monitor import ActivityMonitor
 from monitor.batching import AdaptiveBatch, jittered
@@ -17,17 +18,23 @@ from monitor.batching import AdaptiveBatch, jittered
 from waiting import DEADLINE, wait_until
 
 
-def test_enqueue_inactive(db):
-    """couch_jobs' enqueue_inactive: type timeout 2 s, the worker stops updating."""
+def test_enqueue_inactive(db, caplog):
+    """couch_jobs' enqueue_inactive: type timeout 2 s, the worker stops updating.  The
+    monitor's log names the job and the worker that held it."""
     jobs.set_type_timeout(db, "t", 2)
     jobs.add(db, "t", "j", {"n": 1}, scheduled_time=5)
     job = jobs.accept(db, "t", max_sched_time=10, timeout=0)
     job = jobs.update(db, job, {"n": 2})
     monitor = ActivityMonitor(db).start()
     try:
-        assert wait_until(lambda: jobs.get_job_state(db, "t", "j") == "pending")
+        with caplog.at_level("WARNING", logger="monitor"):
+            assert wait_until(lambda: jobs.get_job_state(db, "t", "j") == "pending")
+            assert wait_until(lambda: monitor.reenqueued == 1)
     finally:
         monitor.stop()
+    said = [r.getMessage() for r in caplog.records if "re-enqueued" in r.getMessage()]
+    assert said == [f"type t: re-enqueued 1 running job(s) not updated for the type timeout "
+                    f"(1 of worker {this_worker()}; e.g. j)"]
     info = jobs.get_job(db, "t", "j")
     assert info.data == {"n": 2} and info.scheduled_time == 5  # last data and time kept
     assert jobs.get_active_jobs_ids(db, "t") == []

@@ -652,9 +652,10 @@ def test_prefetched_jobs_are_handed_back_at_stop(db):
     assert p.stats["released"] > 1
 
 
-def test_group_commit_writes_each_outcome_under_its_own_fence(db):
-    """A job lost before the shared transaction commits writes nothing; the others in the
-    same transaction are finished (or resubmitted) all the same."""
+def test_group_commit_writes_each_outcome_under_its_own_fence(db, caplog):
+    """A job lost before the shared transaction commits writes nothing (and the log says
+    so: its handler ran, and another worker may run it again); the others in the same
+    transaction are finished (or resubmitted) all the same."""
     from processors.behaviors import Outcome
     from processors.context import Run
     from processors.finishes import Finishes
@@ -671,8 +672,11 @@ def test_group_commit_writes_each_outcome_under_its_own_fence(db):
     assert finishes.add(runs["a"], Outcome({"done": "a"}), "succeeded")
     assert finishes.add(runs["b"], Outcome({"done": "b"}), "succeeded")
     assert finishes.add(runs["c"], Outcome({"again": "c"}, time.time() + 3600), "retried")
-    finishes.flush()
+    with caplog.at_level("WARNING", logger="processors"):
+        finishes.flush()
     assert written == {"a": "succeeded", "b": None, "c": "retried"}
+    said = [r.getMessage() for r in caplog.records if "outcome was not written" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("job t/b: ")
     assert jobs.get_job(db, "t", "a").data == {"done": "a"} and jobs.get_job_state(db, "t", "a") == "finished"
     assert state(db, "t", "b") == "not_found" and runs["b"].halted.is_set()
     c = jobs.get_job(db, "t", "c")
