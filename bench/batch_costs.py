@@ -1,7 +1,7 @@
 """What each step of a job costs in one process, in microseconds a job, one at a time and
 in batches as the ``Processor`` runs them: ``add`` and ``add_many``, ``accept`` and
-``accept_many(32)``, ``finish`` in its own transaction and 64 to a transaction (rows read
-ahead, as the ``Processor``'s outcome commits).  Fresh embedded stores; the rounds
+``accept_many(32)``, ``finish`` in its own transaction and ``finish_many`` of 64 (as the
+``Processor``'s outcome commits).  Fresh embedded stores; the rounds
 alternate the ways, so the machine's noise hits all alike.  Run it from two checkouts
 one after the other to compare a change.
 
@@ -16,7 +16,6 @@ import sys
 import time
 
 import jobs
-from jobs.engine.transactional import run
 
 from .bulk import TYPE, arguments, new_store
 
@@ -48,12 +47,6 @@ def _accepted(db, n: int, batch: int) -> tuple[list[list[jobs.Job]], float]:
     return batches, seconds
 
 
-def _finish_together(tr, taken: list[jobs.Job]) -> None:
-    with jobs.read_ahead(tr, taken):
-        for job in taken:
-            jobs.finish(tr, job)
-
-
 def one_round(directory: str, n: int) -> dict[str, float]:
     """Microseconds a job of each way, on fresh stores of ``n`` jobs."""
     out = {}
@@ -66,8 +59,8 @@ def one_round(directory: str, n: int) -> dict[str, float]:
     out["add_many"] = _timed(lambda: jobs.add_many(db, TYPE, _ids(n)))
     batches, out[f"accept_many({ACCEPT_BATCH})"] = _accepted(db, n, ACCEPT_BATCH)
     taken = [job for batch in batches for job in batch]
-    out[f"finish, {FINISH_BATCH} a transaction"] = _timed(
-        lambda: [run(db, _finish_together, taken[i:i + FINISH_BATCH]) for i in range(0, n, FINISH_BATCH)])
+    out[f"finish_many({FINISH_BATCH})"] = _timed(
+        lambda: [jobs.finish_many(db, taken[i:i + FINISH_BATCH]) for i in range(0, n, FINISH_BATCH)])
     if jobs.pending_count(db, TYPE) != 0:
         raise RuntimeError("jobs left pending")
     db.close()

@@ -19,7 +19,16 @@ _blocks: dict[int, dict[bytes, object]] = {}
 
 @contextlib.contextmanager
 def block(tr, keys):
-    """Issue the reads of ``keys`` now, for the calls made in the ``with`` block."""
+    """Issue the reads of ``keys`` now, for the calls made in the ``with`` block.  Inside
+    a block of the same transaction, it joins that block (reads of keys not in it yet are
+    added to it), so that a call reading ahead within a caller's block spoils neither."""
+    ahead = _blocks.get(id(tr))
+    if ahead is not None:
+        for key in dict.fromkeys(keys):
+            if key not in ahead:
+                ahead[key] = tr.get(key)
+        yield
+        return
     ahead = {key: tr.get(key) for key in dict.fromkeys(keys)}
     _blocks[id(tr)] = ahead
     try:

@@ -37,6 +37,7 @@ __all__ = [
     "clear_retention",
     "clear_type_timeout",
     "finish",
+    "finish_many",
     "get_active_jobs_ids",
     "get_job",
     "get_job_data",
@@ -104,6 +105,7 @@ get_active_jobs_ids = _twin(api.get_active_jobs_ids)
 pending_count = _twin(api.pending_count)
 update = _twin(api.update)
 finish = _twin(api.finish)
+finish_many = _twin(api.finish_many)
 resubmit = _twin(api.resubmit)
 release = _twin(api.release)
 is_held = _twin(api.is_held)

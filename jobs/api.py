@@ -19,8 +19,9 @@ committed; every write path gives the right answer when that happens:
   ``pause``, ``resume``: running them again gives the same end state.
 * ``accept``: see ``accepting.py`` (the lock is drawn once per call; a retry returns the
   job an earlier attempt locked).
-* ``finish``: a finish records its lock in the row (``LastLock``); a finish that finds its
-  own lock there knows it already committed and returns instead of raising ``Halt``.
+* ``finish`` (and ``finish_many``, job by job): a finish records its lock in the row
+  (``LastLock``); a finish that finds its own lock there knows it already committed and
+  returns instead of raising ``Halt``.
   This also covers an application's transaction retried around ``finish``.  Creators'
   changes (re-add, resubmit, release) and ``accept`` clear ``LastLock``: once the job
   changed hands, a repeated finish must raise ``Halt`` so that the caller's own writes
@@ -48,7 +49,7 @@ from .reading import (
     pending_count,
 )
 from .type_timeouts import clear_type_timeout, get_type_timeout, get_types, set_type_timeout
-from .worker import accept, accept_many, finish, is_held, is_resubmitted, read_ahead, release, resubmit, update
+from .worker import accept, accept_many, finish, finish_many, is_held, is_resubmitted, read_ahead, release, resubmit, update
 
 __all__ = [
     "Job",
@@ -60,6 +61,7 @@ __all__ = [
     "NewJob",
     "clear_type_timeout",
     "finish",
+    "finish_many",
     "read_ahead",
     "get_active_jobs_ids",
     "get_job",

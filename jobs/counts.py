@@ -156,6 +156,25 @@ def add_state(tr, type: str, state: str, n: int) -> None:
     tr.add(_prefix(type, state) + pack_int(shard(tr)), _delta(n))
 
 
+class Tally:
+    """State changes of many jobs summed in Python and written as one add per counter
+    (``write``): :meth:`changed` is :func:`changed` for a batch of finishes."""
+
+    __slots__ = ("_sums",)
+
+    def __init__(self):
+        self._sums: dict[tuple[str, str], int] = {}
+
+    def changed(self, tr, type: str, job_id: str, state: str, n: int) -> None:
+        if counted(tr, type, job_id):
+            self._sums[(type, state)] = self._sums.get((type, state), 0) + n
+
+    def write(self, tr) -> None:
+        for (type, state), n in self._sums.items():
+            if n:
+                add_state(tr, type, state, n)
+
+
 # --- readers ---------------------------------------------------------------------------
 
 

@@ -57,9 +57,10 @@ def _key(tr, type: str, minute: int, kind) -> bytes:
     return _prefix(type, minute, kind) + pack_int(counts.shard(tr))
 
 
-def finished(tr, type: str, failed: bool) -> None:
-    """Count a job finished (or failed) now."""
-    tr.add(_key(tr, type, int(time.time() // 60), "failed" if failed else "finished"), _ONE)
+def finished(tr, type: str, failed: bool, n: int = 1) -> None:
+    """Count ``n`` jobs finished (or failed) now."""
+    tr.add(_key(tr, type, int(time.time() // 60), "failed" if failed else "finished"),
+           _ONE if n == 1 else n.to_bytes(8, "little"))
 
 
 def bucket(seconds: float) -> int:

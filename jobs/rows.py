@@ -98,12 +98,13 @@ def make_pending(tr, type: str, job_id: str, stime: float, raw: bytes, lost: Los
     bump_activity(tr, type)
 
 
-def stop_running(tr, type: str, job_id: str, row: Row) -> None:
+def stop_running(tr, type: str, job_id: str, row: Row, changed=counts.changed) -> None:
     """The job (``row``), if running, stops running (finished, made pending, removed): drop
-    its activity key and free its running slots; a job key that was full comes back in."""
+    its activity key and free its running slots; a job key that was full comes back in.
+    ``changed``: how the running count is changed (``counts.Tally.changed`` for a batch)."""
     clear_activity(tr, type, row)
     if row.lock is not None:
-        counts.changed(tr, type, job_id, "running", -1)
+        changed(tr, type, job_id, "running", -1)
         key = limits.free(tr, type, row.slots)
         if key is not None:
             fairness.unblock(tr, type, key)

@@ -4,6 +4,7 @@ another lock or none).  ``resubmit`` also takes a creator's JobInfo, unfenced.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from . import ahead, checks, counts, fairness, keys, pending, rates, rows, store_ids
@@ -14,7 +15,7 @@ from .calls import not_found, within_store
 from .codec import Row, decode_data, encode_data
 from .engine import value_of
 from .engine.transactional import LastAttempt, is_database
-from .errors import ForeignJobError, Halt
+from .errors import ForeignJobError, Halt, JobDataError
 from .job import Job, JobInfo
 
 
@@ -117,34 +118,90 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
     the job, False for such a repeat (so a caller's own writes in the same transaction can
     be skipped too: they committed with the first finish)."""
     job = _job(job)
-    raw = None if data is None else encode_data(data)
+    done = _finish_batch(tr, [(job, None if data is None else encode_data(data), failed)])[0]
+    if done is None:
+        raise _halt(job)
+    return done
+
+
+def finish_many(tr, finishes: Iterable) -> list[bool | None]:
+    """:func:`finish` for each of ``finishes`` in one transaction (a Job, or a tuple
+    ``(job, data)`` or ``(job, data, failed)``), with what a finish costs per type done
+    once for all: the rows and the type's retention read together (one round trip on a
+    cluster), one add per counter, one rate update and one activity stamp per type.  Each
+    job is fenced on its own, and the result says what became of it, in order: True
+    finished, False a repeat (its finish committed already, as :func:`finish` returns),
+    None no longer this worker's (where ``finish`` raises Halt: nothing is written for it,
+    the others are finished all the same).  Bad data (JobDataError) and a Job of another
+    store (ForeignJobError) raise before anything is written."""
+    return _finish_batch(tr, [_finish_item(i, item) for i, item in enumerate(finishes)])
+
+
+def _finish_batch(tr, items: list[tuple[Job, bytes | None, bool | str]]) -> list[bool | None]:
+    """:func:`finish_many` of checked ``(job, raw data or None, failed)`` items."""
 
     def body(tr):
-        retained = finished_index.retained(tr, job.type)  # (read beside the row)
-        row = _row_of(tr, job)
-        if row is not None and row.last_lock == job.lock:
-            return False  # this Job's finish already committed
-        if row is None or row.lock != job.lock:
-            raise _halt(job)
-        rows.stop_running(tr, job.type, job.id, row)
-        final = row.data if raw is None else raw
-        if row.resubmit:
-            rows.put(tr, job.type, job.id,
-                     Row(None, None, row.stime, False, final, job.lock, priority=row.priority, key=row.key))
-            fairness.enqueue(tr, job.type, row.priority, row.stime, job.id, row.key)
-        else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
-            rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker,
-                                               row.lost, row.priority, row.key))
-            if failed:
-                failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
-            if failed or value_of(retained) is not None:  # (failed jobs are always indexed)
-                finished_index.mark(tr, job.type, job.id, bool(failed))
-            counts.changed(tr, job.type, job.id, "failed" if failed else "finished", 1)
-        rows.bump_activity(tr, job.type)
-        rates.finished(tr, job.type, bool(failed) and not row.resubmit)  # (last: the writes before go together)
-        return True
+        store = store_ids.store_id_future(tr)
+        types = dict.fromkeys(job.type for job, _raw, _failed in items)
+        read = [keys.data_key(job.type, job.id) for job, _raw, _failed in items]
+        with ahead.block(tr, read + [keys.retention_key(type) for type in types]):
+            retained = {type: finished_index.retained(tr, type) for type in types}
+            store_id = store_ids.store_id_of(store)
+            for job, _raw, _failed in items:
+                if job.store != store_id:
+                    raise ForeignJobError(f"job {job.type}/{job.id} was accepted from another store than this one")
+            tally, rated = counts.Tally(), {}
+            # (each row read as its turn comes: a job given twice sees its first finish)
+            done = [_finish_row(tr, job, rows.get(tr, job.type, job.id), raw, failed, retained, tally, rated)
+                    for job, raw, failed in items]
+        tally.write(tr)
+        for (type, failed), n in rated.items():
+            rates.finished(tr, type, failed, n)
+        for type in dict.fromkeys(type for type, _failed in rated):
+            rows.bump_activity(tr, type)
+        return done
 
     return within_store(tr, body)
+
+
+def _finish_item(i: int, item) -> tuple[Job, bytes | None, bool | str]:
+    """``(job, raw data or None, failed)`` of ``finish_many``'s item ``i``, checked."""
+    if isinstance(item, Job):
+        return item, None, False
+    if not isinstance(item, tuple) or not 1 <= len(item) <= 3:
+        raise checks.ArgumentTypeError(f"finishes[{i}]: expected a Job or a tuple (job, data[, failed]), "
+                                       f"not {type(item).__name__}")
+    job, data, failed = (*item, None, False)[:3]
+    try:
+        return _job(job), None if data is None else encode_data(data), failed
+    except (TypeError, JobDataError) as exc:  # the same error, saying which item
+        raise exc.__class__(f"finishes[{i}]: {exc}") from exc
+
+
+def _finish_row(tr, job: Job, row: Row | None, raw: bytes | None, failed, retained: dict, tally, rated: dict):
+    """Finish one job of a batch whose row is ``row`` (:func:`finish_many`'s result for it),
+    tallying its counters in ``tally`` and its rate in ``rated`` ((type, failed) -> n)."""
+    if row is not None and row.last_lock == job.lock:
+        return False  # this Job's finish already committed
+    if row is None or row.lock != job.lock:
+        return None
+    rows.stop_running(tr, job.type, job.id, row, tally.changed)
+    final = row.data if raw is None else raw
+    if row.resubmit:
+        rows.put(tr, job.type, job.id, Row(None, None, row.stime, False, final, job.lock, priority=row.priority,
+                                           key=row.key))
+        fairness.enqueue(tr, job.type, row.priority, row.stime, job.id, row.key)
+    else:  # Worker and Lost kept, for people: who ran it, how many workers it lost
+        rows.put(tr, job.type, job.id, Row(row.seq, None, row.stime, False, final, job.lock, row.worker,
+                                           row.lost, row.priority, row.key))
+        if failed:
+            failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
+        if failed or value_of(retained[job.type]) is not None:  # (failed jobs are always indexed)
+            finished_index.mark(tr, job.type, job.id, bool(failed))
+        tally.changed(tr, job.type, job.id, "failed" if failed else "finished", 1)
+    rated_as = (job.type, bool(failed) and not row.resubmit)
+    rated[rated_as] = rated.get(rated_as, 0) + 1
+    return True
 
 
 def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: dict | None = None,

@@ -17,7 +17,6 @@ import threading
 import time
 
 import jobs
-from jobs import Halt
 from jobs.engine.transactional import run as run_transaction
 
 log = logging.getLogger("processors")
@@ -125,24 +124,20 @@ class Finishes:
 
 def _write_all(tr, batch: list) -> set:
     """Finish every run of ``batch`` that still holds its job (resubmitted first for a
-    later run); the runs that lost theirs (nothing written for them).  Their rows are read
-    together (``jobs.read_ahead``): one round trip for the batch on a cluster."""
-    lost = set()
-    with jobs.read_ahead(tr, [run.job for run, _outcome, _kind in batch if not run.state.halted.is_set()]):
-        _write_each(tr, batch, lost)
-    return lost
-
-
-def _write_each(tr, batch: list, lost: set) -> None:
+    later run), in one ``jobs.finish_many``; the runs that lost theirs (nothing written
+    for them).  Their rows are read together (``jobs.read_ahead``): one round trip for
+    the batch on a cluster."""
+    lost, live = set(), []
     for run, outcome, _kind in batch:
-        job = run.job
         if run.state.halted.is_set():  # handed back meanwhile
             lost.add(run)
-            continue
-        # resubmit only a job still ours: it writes unfenced (the finish below fences)
-        if outcome.again_at is not None and jobs.is_held(tr, job):
-            jobs.resubmit(tr, job, scheduled_time=outcome.again_at)
-        try:
-            jobs.finish(tr, job, outcome.data, failed=outcome.failed)  # False: committed already (1021)
-        except Halt:  # raised before it wrote anything
-            lost.add(run)
+        else:
+            live.append((run, outcome))
+    with jobs.read_ahead(tr, [run.job for run, _outcome in live]):
+        for run, outcome in live:  # resubmit only a job still ours: it writes unfenced (finish fences)
+            if outcome.again_at is not None and jobs.is_held(tr, run.job):
+                jobs.resubmit(tr, run.job, scheduled_time=outcome.again_at)
+        done = jobs.finish_many(tr, [(run.job, outcome.data, outcome.failed) for run, outcome in live])
+    # (False: committed already, 1021; None: lost before anything was written for it)
+    lost.update(run for (run, _outcome), finished in zip(live, done) if finished is None)
+    return lost

@@ -41,7 +41,7 @@ EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscri
          "set_retention", "get_retention", "clear_retention", "prune", "Retention"}
 EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls (issue 14)
 EXTRA |= {"add_many", "NewJob"}  # bulk add (issue 17)
-EXTRA |= {"read_ahead"}  # a batch of finishes in one round trip (issue 17)
+EXTRA |= {"read_ahead", "finish_many"}  # a batch of finishes in one round trip (issue 17)
 
 
 def test_exported_names():
