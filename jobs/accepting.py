@@ -139,6 +139,7 @@ class AcceptCall:
         futures = [tr.get(keys.data_key(self.type, job_id)) for job_id in ids]  # read in parallel
         taken = []
         worker = this_worker()
+        tally = counts.Tally()
         for job_id, future in zip(ids, futures):
             row = rows.decode(value_of(future), self.type, job_id)
             if row is None or row.state != "pending":
@@ -149,9 +150,13 @@ class AcceptCall:
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
             # Lost kept: the count belongs to the run, whichever worker takes it next.
             rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data, None, worker,
-                                                        row.lost, row.priority, row.key, admission.hold(job_id)))
-            counts.changed(tr, self.type, job_id, "running", 1)
+                                                        row.lost, row.priority, row.key, admission.hold(job_id)),
+                             stamp=False)
+            tally.changed(tr, self.type, job_id, "running", 1)
             taken.append((job_id, row))
+        if taken:  # (once for the batch)
+            tally.write(tr)
+            rows.bump_activity(tr, self.type)
         return taken
 
     def _nothing(self, tr, also, max_stime: float | None, limit_due: float | None = None, keyed: bool = False):

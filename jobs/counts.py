@@ -127,23 +127,27 @@ def queued(tr, type: str, band: int | None, stime: float, job_id: str, n: int) -
         add_queued(tr, type, band, stime, n)
 
 
-def queued_many(tr, type: str, entries: list[tuple[int, float, str]]) -> None:
-    """``queued(..., 1)`` for each ``(band, stime, job_id)``: one add per counter."""
-    tally: dict[bytes, int] = {}
-    for band, stime, job_id in entries:
-        if counted(tr, type, job_id):
-            for prefix in _buckets(type, band, stime):
-                tally[prefix] = tally.get(prefix, 0) + 1
-    s = pack_int(shard(tr))
-    for prefix, n in tally.items():
-        tr.add(prefix + s, _delta(n))
+def queued_many(tr, type: str, entries: list[tuple[int, float, str]], n: int = 1) -> None:
+    """``queued(..., n)`` for each ``(band, stime, job_id)``: one add per counter."""
+    _add_summed(tr, [(type, band, stime, job_id) for band, stime, job_id in entries], n)
 
 
 def taken(tr, picked: list[bytes]) -> None:
-    """The pending entries ``picked`` (keys of any queue) were taken."""
-    for key in picked:
-        type, band, stime, job_id = keys.queue_entry(key)
-        queued(tr, type, band, stime, job_id, -1)
+    """The pending entries ``picked`` (keys of any queue) were taken: one add per counter."""
+    _add_summed(tr, [keys.queue_entry(key) for key in picked], -1)
+
+
+def _add_summed(tr, entries: list[tuple[str, int, float, str]], n: int) -> None:
+    """Count ``n`` for each pending entry ``(type, band, stime, job_id)``, summed by counter."""
+    tally: dict[bytes, int] = {}
+    for type, band, stime, job_id in entries:
+        if counted(tr, type, job_id):
+            for prefix in _buckets(type, band, stime):
+                tally[prefix] = tally.get(prefix, 0) + n
+    s = pack_int(shard(tr))
+    for prefix, total in tally.items():
+        if total:
+            tr.add(prefix + s, _delta(total))
 
 
 def changed(tr, type: str, job_id: str, state: str, n: int) -> None:

@@ -59,16 +59,18 @@ def put(tr, type: str, job_id: str, row: Row) -> None:
     tr.set(key, encode_row(row))
 
 
-def put_running(tr, type: str, job_id: str, row: Row) -> None:
+def put_running(tr, type: str, job_id: str, row: Row, stamp: bool = True) -> None:
     """Write a running row whose Seq is this commit's versionstamp, with its activity key
-    (``row.seq`` is ignored; clear the previous activity key first)."""
+    (``row.seq`` is ignored; clear the previous activity key first).  ``stamp=False``: the
+    caller stamps the type's activity itself (once for a batch)."""
     _layout_for(tr, row)
     seq = _new_seq(tr)
     key = keys.data_key(type, job_id)
     ahead.written(tr, key)
     tr.set_versionstamped_value(key, encode_stamped_row(row, seq))
     tr.set_versionstamped_key(keys.stamped_activity_key(type, seq), job_id.encode())
-    bump_activity(tr, type)
+    if stamp:
+        bump_activity(tr, type)
 
 
 def make_pending_many(tr, type: str, new: list[tuple[str, float, int, bytes]]) -> None:
