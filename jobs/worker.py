@@ -171,7 +171,7 @@ def _finish_item(i: int, item) -> tuple[Job, bytes | None, bool | str]:
     if not isinstance(item, tuple) or not 1 <= len(item) <= 3:
         raise checks.ArgumentTypeError(f"finishes[{i}]: expected a Job or a tuple (job, data[, failed]), "
                                        f"not {type(item).__name__}")
-    job, data, failed = (*item, None, False)[:3]
+    job, data, failed = (*item, *(None, False)[len(item) - 1:])
     try:
         return _job(job), None if data is None else encode_data(data), failed
     except (TypeError, JobDataError) as exc:  # the same error, saying which item

@@ -55,7 +55,7 @@ def _batch(held: dict) -> list:
 def _one_by_one(store, batch: list) -> list:
     out = []
     for item in batch:
-        job, data, failed = (item, None, False) if isinstance(item, jobs.Job) else (*item, None, False)[:3]
+        job, data, failed = (item, None, False) if isinstance(item, jobs.Job) else (*item, *(None, False)[len(item) - 1:])
         try:
             out.append(jobs.finish(store, job, data, failed=failed))
         except jobs.Halt:
