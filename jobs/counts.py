@@ -127,9 +127,9 @@ def queued(tr, type: str, band: int | None, stime: float, job_id: str, n: int) -
         add_queued(tr, type, band, stime, n)
 
 
-def queued_many(tr, type: str, entries: list[tuple[int, float, str]], n: int = 1) -> None:
-    """``queued(..., n)`` for each ``(band, stime, job_id)``: one add per counter."""
-    _add_summed(tr, [(type, band, stime, job_id) for band, stime, job_id in entries], n)
+def queued_many(tr, type: str, entries: list[tuple[int, float, str]]) -> None:
+    """``queued(..., 1)`` for each ``(band, stime, job_id)``: one add per counter."""
+    _add_summed(tr, [(type, band, stime, job_id) for band, stime, job_id in entries], 1)
 
 
 def taken(tr, picked: list[bytes]) -> None:
