@@ -76,7 +76,18 @@ def _burndown_section(args, results) -> list[str]:
              for r in _reruns(results, "burndown")]
     out += ["", "Jobs run more than once (handler starts beyond one per job): "
             + ("; ".join(extra) if extra else "none") + "."]
+    out += _rerun_warnings(results, "burndown")
     out.append("")
+    return out
+
+
+def _rerun_warnings(results, workload: str) -> list[str]:
+    """What the workers of the runs that ran jobs twice logged as warnings (the harness's
+    ``log_warnings``), one block per run."""
+    out = []
+    for r in _reruns(results, workload):
+        said = r.get("log_warnings") or ["(no warning in the logs)"]
+        out += ["", f"Worker logs of {TITLES[r['peer']]} ({r['params']}):", "", "```", *said, "```"]
     return out
 
 
@@ -116,7 +127,8 @@ def _sustained_section(args, results) -> list[str]:
         title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.sustained_jobs else "")
         out.append(f"| {title} | " + " | ".join(cells) + " |")
     extra = [f"{TITLES[r['peer']]}: {r['runs'] - r['jobs']}" for r in _reruns(results, "sustained")]
-    out += ["", "Jobs run more than once: " + ("; ".join(extra) if extra else "none") + ".", ""]
+    out += ["", "Jobs run more than once: " + ("; ".join(extra) if extra else "none") + "."]
+    out += [*_rerun_warnings(results, "sustained"), ""]
     return out
 
 

@@ -88,3 +88,22 @@ def test_bulk_and_batch_costs_run_every_way(tmp_path, capsys):
     [costs] = json.loads(capsys.readouterr().out)["us_per_job"]
     assert set(costs) == {"add", "accept", "finish", "add_many", "accept_many(32)", "finish_many(64)"}
     assert all(us > 0 for us in costs.values())
+
+
+def test_a_run_with_jobs_run_twice_keeps_what_the_workers_logged(tmp_path):
+    """The work directory is removed after a run: the warnings of a run that ran jobs twice
+    are kept in its result and shown under the table."""
+    from bench import report
+    from bench.peers import harness
+
+    (tmp_path / "worker-0.log").write_text("INFO ok\n2026 processors WARNING: job bench/e7: its outcome was "
+                                           "not written\n")
+    (tmp_path / "helper-1.log").write_text("2026 monitor WARNING: type bench: re-enqueued 1 running job(s)\n")
+    (tmp_path / "records.log").write_text("WARNING is not a record line\n")
+    said = harness.log_warnings(str(tmp_path))
+    assert said == ["helper-1.log: 2026 monitor WARNING: type bench: re-enqueued 1 running job(s)",
+                    "worker-0.log: 2026 processors WARNING: job bench/e7: its outcome was not written"]
+    twice = {"peer": "ours", "workload": "sustained", "ok": True, "runs": 11, "jobs": 10,
+             "params": {"jobs": 10, "workers": 4}, "log_warnings": said}
+    shown = "\n".join(report._rerun_warnings([twice, {**twice, "runs": 10}], "sustained"))
+    assert shown.count("Worker logs of") == 1 and said[1] in shown

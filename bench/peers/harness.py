@@ -214,6 +214,24 @@ def recovery(peer, procs: Procs, logdir: str, cap: float) -> dict:
     return {"recovered": False, "recovery_s": None, "cap_s": cap}
 
 
+WARNINGS_KEPT = 20
+
+
+def log_warnings(logdir: str) -> list[str]:
+    """The first WARNING and ERROR lines of the worker and helper logs in ``logdir`` (their
+    file name first): why jobs ran twice, when a peer says it (ours logs a lost outcome and
+    every re-enqueue), kept in the result since the work directory is removed."""
+    found = []
+    for name in sorted(os.listdir(logdir)):
+        if not name.endswith(".log") or name in ("records.log", "started.log"):
+            continue
+        with open(os.path.join(logdir, name), errors="replace") as f:
+            found += [f"{name}: {line.strip()}" for line in f if "WARNING" in line or "ERROR" in line]
+        if len(found) >= WARNINGS_KEPT:
+            break
+    return found[:WARNINGS_KEPT]
+
+
 def run(peer_name: str, workload: str, params: dict, ctx: Ctx) -> dict:
     module = importlib.import_module(f"bench.peers.{peer_name}_peer")
     peer = module.PEER(ctx)
@@ -234,6 +252,8 @@ def run(peer_name: str, workload: str, params: dict, ctx: Ctx) -> dict:
         else:
             raise ValueError(f"unknown workload {workload!r}")
         result["ok"] = True
+        if result.get("runs", 0) > result.get("jobs", 0):  # jobs ran twice: keep what the workers said
+            result["log_warnings"] = log_warnings(ctx.logdir)
     except Failed as exc:
         result.update(ok=False, error=str(exc))
     finally:
