@@ -164,7 +164,8 @@ def drive(peer: str, workload: str, params: dict, base: str, servers, timeout: f
     result.update(peer=peer, workload=workload, params=params, wall_s=round(elapsed, 1), workdir=workdir)
     if result.get("ok"):
         shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()
-                 if k in ("jobs_per_s", "p50_ms", "p99_ms", "rate", "recovery_s", "recovered", "runs")}
+                 if k in ("jobs_per_s", "p50_ms", "p99_ms", "rate", "recovery_s", "recovered", "runs",
+                           "worker_cpu_ms_per_job")}
         log(f"{peer} {workload} {params}: {shown} ({elapsed:.0f} s)")
     else:
         log(f"{peer} {workload} {params}: FAILED: {result.get('error')} (see {workdir})")

@@ -96,7 +96,9 @@ def _steady_section(args, results) -> list[str]:
            "Latency from enqueue (wall clock, producer side) to the handler's start, ms. "
            "*saturated*: the producer fell behind (enqueue too slow) or p50 > 1 s "
            "(workers slower than the rate): not a latency at that rate.", "",
-           "| queue | rate, jobs/s | p50 ms | p99 ms | achieved rate, jobs/s |", "|---|---:|---:|---:|---:|"]
+           "Worker CPU: CPU ms the worker processes used per job during the phase (servers not counted).", "",
+           "| queue | rate, jobs/s | p50 ms | p99 ms | achieved rate, jobs/s | worker CPU ms/job |",
+           "|---|---:|---:|---:|---:|---:|"]
     for peer, target in ((p, t) for p in args.peers for t in args.rates):
         m = {"rate": target}
         if not _ran(results, peer, "steady"):
@@ -107,7 +109,8 @@ def _steady_section(args, results) -> list[str]:
         _t, p50s = _cells(results, peer, "steady", "p50_ms", m)
         if (rates and min(rates) < 0.95 * target) or (p50s and max(p50s) > 1000):
             rate += " *saturated*"
-        out.append(f"| {TITLES[peer]} | {target:g} | {p50} | {p99} | {rate} |")
+        cpu = _cells(results, peer, "steady", "worker_cpu_ms_per_job", m, fmt="{:,.2f}")[0]
+        out.append(f"| {TITLES[peer]} | {target:g} | {p50} | {p99} | {rate} | {cpu} |")
     out.append("")
     return out
 
@@ -116,14 +119,15 @@ def _sustained_section(args, results) -> list[str]:
     out = [f"## Sustained: a producer adds {args.sustained_jobs:,} jobs as fast as it can, 4 workers run them", "",
            "One enqueue call per job (as an application adds work), while the workers drain. "
            "Throughput: jobs / (last handler start - first enqueue); latency: enqueue to handler start.", "",
-           "| queue | jobs/s through | enqueue rate, jobs/s | p50 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
+           "| queue | jobs/s through | enqueue rate, jobs/s | p50 ms | p99 ms | worker CPU ms/job |",
+           "|---|---:|---:|---:|---:|---:|"]
     for peer in args.peers:
         if not _ran(results, peer, "sustained"):
             continue
         n = size(peer, args.sustained_jobs)
         cells = [_cells(results, peer, "sustained", k, fmt=f)[0] for k, f in
                  (("jobs_per_s", "{:,.0f}"), ("enqueue_per_s", "{:,.0f}"), ("p50_ms", "{:,.1f}"),
-                  ("p99_ms", "{:,.1f}"))]
+                  ("p99_ms", "{:,.1f}"), ("worker_cpu_ms_per_job", "{:,.2f}"))]
         title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.sustained_jobs else "")
         out.append(f"| {title} | " + " | ".join(cells) + " |")
     extra = [f"{TITLES[r['peer']]}: {r['runs'] - r['jobs']}" for r in _reruns(results, "sustained")]

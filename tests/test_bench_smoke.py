@@ -39,9 +39,11 @@ def test_ours_burndown_steady_and_sustained_through_the_harness(tmp_path):
     result, _ = _drive(tmp_path, "steady", {"rate": 20, "secs": 1, "workers": 1})
     assert result["ok"], result
     assert result["jobs"] == 20 and 0 < result["p50_ms"] <= result["p99_ms"]
+    assert result["worker_cpu_ms_per_job"] > 0  # (the workers' CPU while the jobs ran)
     result, _ = _drive(tmp_path, "sustained", {"jobs": 50, "workers": 2})
     assert result["ok"], result
     assert result["runs"] == 50 and result["jobs_per_s"] > 0 and result["p99_ms"] >= result["p50_ms"]
+    assert result["worker_cpu_ms_per_job"] > 0
 
 
 def test_watch_bench_runs_both_modes():
@@ -60,10 +62,13 @@ def test_report_renders_failures_and_numbers():
          "error": "hung: killed after 300 s"},
         {"peer": "huey", "workload": "recovery", "params": {"cap": 30}, "ok": True, "recovered": False,
          "recovery_s": None},
+        {"peer": "ours", "workload": "steady", "params": {"rate": args.rates[0], "secs": args.secs, "workers": 4},
+         "ok": True, "p50_ms": 1.5, "p99_ms": 3.5, "rate": args.rates[0], "worker_cpu_ms_per_job": 1.25},
     ]
     info = compare.machine(ROOT)
     md = compare.report(args, info, {}, results, None, None, "now", 60, "python -m bench.compare --quick")
     assert "| ours (embedded engine) | 300 |" in md
+    assert f"| ours (embedded engine) | {args.rates[0]:g} | 1.5 | 3.5 | {args.rates[0]:,.0f} | 1.25 |" in md
     assert "failed 1/1: hung" in md
     assert "none within 30 s" in md
 

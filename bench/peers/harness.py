@@ -20,6 +20,8 @@ handler records):
   can (one enqueue call each, as an application does) while the workers run them;
   jobs/s = N / (last handler start - first enqueue): how fast the queue carries work
   through when adding and running compete, with the latency of each job on the way.
+* ``steady`` and ``sustained`` also give the CPU time the worker processes used per job
+  while the jobs ran (``Procs.cpu_seconds``; servers not counted).
 * ``recovery``: 2 workers (and the peer's helpers, e.g. a monitor); one job that blocks
   until killed; when a worker has started it, ``kill -9`` that worker's process group;
   recovery = the job's next start (in the other worker) - the kill, capped at CAP s.
@@ -72,6 +74,23 @@ class Procs:
         for _ in range(w):
             self.start(self.peer.worker_cmd(), "worker")
             self.n_workers += 1
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker and helper processes have used so far: every live process of
+        their process groups, with the children they reaped (a peer's pool or forked
+        work horses).  Servers (Redis, PostgreSQL) are not counted."""
+        groups, ticks = {p.pid for p in self.procs}, 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # (gone meanwhile)
+                continue
+            if int(fields[2]) in groups:  # its process group; then utime, stime, cutime, cstime
+                ticks += sum(int(x) for x in fields[11:15])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def check_alive(self) -> None:
         dead = [p for p in self.procs if p.poll() is not None and not getattr(p, "killed", False)]
@@ -151,6 +170,7 @@ def steady(peer, procs: Procs, logdir: str, rate: float, secs: float, workers: i
     procs.workers(workers)
     warm_up(peer, procs, workers, logdir)
     total = int(rate * secs)
+    cpu = procs.cpu_seconds()
     t0 = time.monotonic()
     for i in range(total):
         delay = t0 + i / rate - time.monotonic()
@@ -160,26 +180,29 @@ def steady(peer, procs: Procs, logdir: str, rate: float, secs: float, workers: i
     produced_s = time.monotonic() - t0
     base = 2 * workers
     wait_for(lambda: record.count(logdir) >= base + total, 60, f"{total} steady jobs to run", procs)
+    cpu = procs.cpu_seconds() - cpu
     lat = sorted((start - enq) * 1000 for start, enq, _b, _p in record.read(logdir) if enq > 0)
     return {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "max_ms": lat[-1], "jobs": len(lat),
-            "rate": total / produced_s, "target_rate": rate}
+            "rate": total / produced_s, "target_rate": rate, "worker_cpu_ms_per_job": cpu * 1000 / total}
 
 
 def sustained(peer, procs: Procs, logdir: str, n: int, workers: int) -> dict:
     procs.workers(workers)
     warm_up(peer, procs, workers, logdir)
+    cpu = procs.cpu_seconds()
     t0 = time.monotonic()
     for _ in range(n):
         peer.enqueue(time.time())
     produced_s = time.monotonic() - t0
     base = 2 * workers
     wait_for(lambda: record.count(logdir) >= base + n, max(120.0, n / 20), f"{n} jobs to run", procs)
+    cpu = procs.cpu_seconds() - cpu
     time.sleep(0.2)  # late duplicates, if any
     recs = [r for r in record.read(logdir) if r[1] > 0]
     span = max(r[0] for r in recs) - min(r[1] for r in recs)
     lat = sorted((start - enq) * 1000 for start, enq, _b, _p in recs)
     return {"jobs_per_s": n / span, "span_s": span, "enqueue_per_s": n / produced_s, "runs": len(recs),
-            "jobs": n, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99)}
+            "jobs": n, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "worker_cpu_ms_per_job": cpu * 1000 / n}
 
 
 def _pct(sorted_values: list[float], p: float) -> float:
