@@ -57,6 +57,14 @@ def _op_compare_and_clear(base, param):
     return None if base == param else base
 
 
+def apply_ops(base: bytes | None, ops) -> bytes | None:
+    """``base`` after the atomic operations ``ops`` (``(op, param)`` pairs, in order): what
+    a read sees of a key the transaction changed atomically (None: absent)."""
+    for op, param in ops:
+        base = ATOMIC_OPS[op](base, param)
+    return base
+
+
 def sql_atomic(op: str, base: bytes | None, param: bytes) -> bytes | None:
     """``ATOMIC_OPS[op]`` as an SQLite function (``fdb_atomic``), so that an op which
     always leaves a value is one UPSERT statement instead of a read and a write."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from .atomic import ATOMIC_OPS
+from .atomic import apply_ops
 from .errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED, FDBError
 
 
@@ -258,9 +258,7 @@ class DeferredValue(Value):
         if error is not None:
             self.error = error
             return
-        for op, param in self.ops or ():
-            stored = ATOMIC_OPS[op](stored, param)
-        self._value = stored
+        self._value = apply_ops(stored, self.ops) if self.ops else stored
 
     @property
     def value(self) -> bytes | None:

@@ -9,7 +9,7 @@ import weakref
 
 from . import errors as E
 from . import limits
-from .atomic import ATOMIC_OPS
+from .atomic import apply_ops
 from .errors import FDBError
 from .fdbapi import KeySelector, KeyValue
 from .futures import DeferredValue, Future, RangeResult, Value
@@ -170,8 +170,7 @@ class TransactionRead:
             self._deferred.append(deferred)
             return deferred
         if entry is not None:  # atomic ops on an unknown base: resolve against the store
-            for op, param in entry[1]:
-                value = ATOMIC_OPS[op](value, param)
+            value = apply_ops(value, entry[1])
         return Value(value, self._ref)
 
     def _read_deferred(self) -> None:
@@ -244,9 +243,7 @@ class TransactionRead:
         if tag == _SET:
             yield key, payload
         elif tag == _ATOMIC:
-            value = None if in_ranges(key, self._cleared) else stored
-            for op, param in payload:
-                value = ATOMIC_OPS[op](value, param)
+            value = apply_ops(None if in_ranges(key, self._cleared) else stored, payload)
             if value is not None:
                 yield key, value
         elif tag == _UNREADABLE:
