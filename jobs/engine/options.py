@@ -45,7 +45,13 @@ class TransactionOptions:
         self._tr._retry_limit = None if limit < 0 else limit
 
     def set_max_retry_delay(self, milliseconds: int) -> None:
-        pass  # backoff is already capped at limits.MAX_BACKOFF
+        """The longest backoff of ``on_error`` (FoundationDB's default: 1 s); a current
+        backoff above it is clamped to it.  Kept across ``on_error``, cleared by ``reset``."""
+        if milliseconds < 0:
+            raise FDBError(E.INVALID_OPTION_VALUE)
+        tr = self._tr
+        tr._max_backoff = milliseconds / 1000
+        tr._backoff = min(tr._backoff, tr._max_backoff)
 
     def set_size_limit(self, size: int) -> None:
         if not 32 <= size <= TRANSACTION_SIZE_LIMIT:

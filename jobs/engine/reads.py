@@ -56,6 +56,7 @@ class TransactionRead:
         """Options as a new transaction has them (``reset()`` clears them, as FDB's does;
         ``on_error`` keeps them)."""
         self._retry_limit: int | None = None
+        self._max_backoff = limits.MAX_BACKOFF  # (max_retry_delay)
         self._timeout: float | None = None
         self._size_limit = TRANSACTION_SIZE_LIMIT
         self._ryw = True  # reads see this transaction's writes (read_your_writes_disable)

@@ -315,7 +315,7 @@ class Transaction(TransactionRead):
             raise error if isinstance(error, BaseException) else FDBError(code)
         self._retries += 1
         delay = random.uniform(0, self._backoff)
-        self._backoff = min(self._backoff * 2, limits.MAX_BACKOFF)
+        self._backoff = min(self._backoff * 2, self._max_backoff)
         self._cancel_watches()
         self._reset_state()
         if delay:

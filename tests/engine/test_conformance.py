@@ -1224,6 +1224,28 @@ def test_range_read_over_a_versionstamped_key_is_unreadable(db, ks):
     assert len(rows(db.create_transaction().get_range_startswith(ks.pack(("vs",))))) == 1
 
 
+def test_max_retry_delay_caps_the_backoff(engine, db, monkeypatch):
+    """``max_retry_delay`` (FoundationDB's default 1 s) bounds each ``on_error`` backoff,
+    across ``on_error`` calls, until ``reset``."""
+    slept = []
+    if engine.name != "fdb":
+        import jobs.engine.transaction as transaction
+
+        monkeypatch.setattr(transaction.time, "sleep", slept.append)
+    tr = db.create_transaction()
+    tr.options.set_max_retry_delay(5)
+    for _ in range(12):  # past 10 ms * 2**7: the default would back off up to 1 s
+        tr.on_error(1020).wait()
+    if engine.name != "fdb":
+        assert len(slept) == 12 and max(slept) <= 0.005
+        tr.reset()
+        slept.clear()
+        for _ in range(12):
+            tr.on_error(1020).wait()
+        assert max(slept) > 0.005  # (the i-th is uniform below 10 ms * 2**i, capped at 1 s: all of
+        # the twelve below 5 ms has odds under 1e-18)
+
+
 def test_reset_clears_options_on_error_keeps_them(db):
     tr = db.create_transaction()
     tr.options.set_retry_limit(1)
