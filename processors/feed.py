@@ -31,6 +31,7 @@ import jobs
 from jobs.accepting import AcceptCall, Wait
 
 from . import tracing
+from .finishes import Alone
 
 log = logging.getLogger("processors")
 
@@ -54,7 +55,8 @@ class Acceptor:
 
     def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
         """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
-        writes in the first accept transaction (committed whatever it finds)."""
+        writes in the first accept transaction (committed whatever it finds; what it raises,
+        e.g. ``finishes.Alone``, ends the step)."""
         if also is not None:
             self._cancel_waits()  # attempt now, so that ``also`` is written now
         if not self._waits:
@@ -227,6 +229,9 @@ class Feed:
         try:
             taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
             self._pause = 0.0
+        except Alone:  # the accept is retrying: its outcomes go first, on their own
+            self._finishes.commit(batch)
+            return []
         except Exception as exc:  # noqa: BLE001 - sorted below
             if batch:  # not written: on their own, then
                 self._finishes.commit(batch)

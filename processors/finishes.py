@@ -3,7 +3,8 @@
 A lane whose handler returned queues the outcome (finish, with a resubmission for retries
 and recurring jobs) and goes on to its next job.  The queue is written by the next accept
 transaction (when nothing prefetched is left: one commit finishes the last batch and takes
-the next), or committed on its own when it holds ``limit`` outcomes or its oldest has
+the next) in its first attempt only (a retried accept hands it back, :class:`Alone`), or
+committed on its own when it holds ``limit`` outcomes or its oldest has
 waited ``FINISH_DELAY`` seconds (one such committer at a time).  Every job
 keeps its own fence inside the shared transaction: a job lost meanwhile (``Halt``) writes
 nothing and does not stop the others from committing.  Outcomes that cannot share a
@@ -23,6 +24,11 @@ log = logging.getLogger("processors")
 
 FINISH_DELAY = 0.01  # longest wait of a queued outcome for others to commit with
 FINISH_LIMIT = 64  # outcomes per transaction: 64 values at FDB's 100 kB limit stay under 10 MB
+
+
+class Alone(Exception):
+    """The transaction that was to carry queued outcomes is being retried: commit them on
+    their own (:meth:`Finishes.writer`)."""
 
 
 class Finishes:
@@ -82,11 +88,19 @@ class Finishes:
     def writer(self, batch: list):
         """``(write, lost)``: ``write(tr)`` writes ``batch`` inside a caller's transaction
         (e.g. the next accept's), ``lost`` then holds the runs whose jobs were lost in the
-        attempt that committed."""
+        attempt that committed.  Only the first attempt carries them: called again (that
+        attempt did not commit, or did behind 1021), ``write`` raises :class:`Alone`, and
+        the caller commits ``batch`` on its own (:meth:`commit`).  An accept that conflicts
+        again and again (backing off longer each time) must not hold the outcomes past the
+        jobs' type timeout: they are not heartbeated while they wait."""
         lost: set = set()
+        tries = 0
 
         def write(tr) -> None:
-            lost.clear()  # (a retried attempt starts over)
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                raise Alone(len(batch))
             lost.update(_write_all(tr, batch))
 
         return write, lost

@@ -652,6 +652,40 @@ def test_prefetched_jobs_are_handed_back_at_stop(db):
     assert p.stats["released"] > 1
 
 
+def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypatch):
+    """The next accept transaction carries the queued outcomes, but only in its first
+    attempt: one that conflicts again and again (each time backing off longer) would hold
+    them, unheartbeated, past their type timeout, and the jobs would run twice.  Here every
+    accept that carries outcomes conflicts; the outcomes are committed on their own."""
+    from jobs.accepting import AcceptCall
+    from jobs.engine.errors import NOT_COMMITTED, FDBError
+
+    body = AcceptCall._body
+    carried = []
+
+    def conflicting(self, tr, also=None):
+        if also is None:
+            return body(self, tr)
+        also(tr)  # (raises Alone from its second attempt on)
+        carried.append(1)
+        raise FDBError(NOT_COMMITTED)
+
+    monkeypatch.setattr(AcceptCall, "_body", conflicting)
+    p = Processor(db)
+    ran = []
+
+    @p.handler("t", timeout=60)
+    def handler(ctx):
+        ran.append(ctx.job_id)
+        return {"done": True}
+
+    jobs.set_type_timeout(db, "t", 60)
+    with running(p, concurrency=1):
+        ids = [p.submit("t", {"i": i}).job_id for i in range(12)]
+        assert wait_until(lambda: all(jobs.get_job_state(db, "t", i) == "finished" for i in ids))
+    assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
+
+
 def test_group_commit_writes_each_outcome_under_its_own_fence(db, caplog):
     """A job lost before the shared transaction commits writes nothing (and the log says
     so: its handler ran, and another worker may run it again); the others in the same
