@@ -686,6 +686,32 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
 
 
+def test_group_committed_outcomes_under_commit_faults_finish_each_job_once(db, engine_name):
+    """Commits failing at random (1020, and 1021 after really committing or not) while
+    accepts carry outcomes: an accept retried after its commit really happened has
+    finished its outcomes and taken jobs; the outcomes, committed again on their own, are
+    repeats, and the call returns the jobs it took.  Every job ends finished, run once."""
+    from jobs.engine.faults import FaultInjectingDatabase
+
+    if engine_name == "fdb":
+        pytest.skip("fault injection wraps the embedded engines here")
+    store = FaultInjectingDatabase(db, conflict=0.1, unknown_committed=0.15, unknown_not_committed=0.1, seed=11)
+    p = Processor(store)
+    ran = []
+
+    @p.handler("t", timeout=60)
+    def handler(ctx):
+        ran.append(ctx.job_id)
+        return {"done": True}
+
+    jobs.set_type_timeout(db, "t", 60)
+    with running(p, concurrency=2):
+        ids = [p.submit("t", {"i": i}).job_id for i in range(40)]
+        assert wait_until(lambda: all(jobs.get_job_state(db, "t", i) == "finished" for i in ids))
+    assert sorted(ran) == sorted(ids)
+    assert store.injected["unknown_committed"] > 0
+
+
 def test_group_commit_writes_each_outcome_under_its_own_fence(db, caplog):
     """A job lost before the shared transaction commits writes nothing (and the log says
     so: its handler ran, and another worker may run it again); the others in the same
