@@ -671,7 +671,14 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
         raise FDBError(NOT_COMMITTED)
 
     monkeypatch.setattr(AcceptCall, "_body", conflicting)
-    p = Processor(db)
+    ids, ran = _run_to_the_end(db, db, 12, concurrency=1)
+    assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
+
+
+def _run_to_the_end(db, store, n: int, concurrency: int) -> tuple[list[str], list[str]]:
+    """Run ``n`` no-op jobs through a Processor on ``store`` until all are finished (read
+    in ``db``); their ids, and the ids of the runs in the order they started."""
+    p = Processor(store)
     ran = []
 
     @p.handler("t", timeout=60)
@@ -680,10 +687,10 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
         return {"done": True}
 
     jobs.set_type_timeout(db, "t", 60)
-    with running(p, concurrency=1):
-        ids = [p.submit("t", {"i": i}).job_id for i in range(12)]
+    with running(p, concurrency=concurrency):
+        ids = [p.submit("t", {"i": i}).job_id for i in range(n)]
         assert wait_until(lambda: all(jobs.get_job_state(db, "t", i) == "finished" for i in ids))
-    assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
+    return ids, ran
 
 
 def test_group_committed_outcomes_under_commit_faults_finish_each_job_once(db, engine_name):
@@ -696,18 +703,7 @@ def test_group_committed_outcomes_under_commit_faults_finish_each_job_once(db, e
     if engine_name == "fdb":
         pytest.skip("fault injection wraps the embedded engines here")
     store = FaultInjectingDatabase(db, conflict=0.1, unknown_committed=0.15, unknown_not_committed=0.1, seed=11)
-    p = Processor(store)
-    ran = []
-
-    @p.handler("t", timeout=60)
-    def handler(ctx):
-        ran.append(ctx.job_id)
-        return {"done": True}
-
-    jobs.set_type_timeout(db, "t", 60)
-    with running(p, concurrency=2):
-        ids = [p.submit("t", {"i": i}).job_id for i in range(40)]
-        assert wait_until(lambda: all(jobs.get_job_state(db, "t", i) == "finished" for i in ids))
+    ids, ran = _run_to_the_end(db, store, 40, concurrency=2)
     assert sorted(ran) == sorted(ids)
     assert store.injected["unknown_committed"] > 0
 
