@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, rates, rows, store_ids
 from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
-from .engine.errors import OPERATION_CANCELLED, TRANSACTION_CANCELLED
-from .engine.transactional import is_database, run
+from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
+from .engine.transactional import is_database, run_noting
 from .job import Job
 
 # A watch that failed with a retryable error: pause this long before reading again, so a
@@ -82,6 +82,8 @@ class AcceptCall:
         # ids this call locked in attempts that may have committed, each once (an id locked by
         # an attempt that did not commit may be locked again by the next one)
         self._picked: dict[str, None] = {}
+        self.retries = 0  # attempts that failed with a retryable error, over the call's life
+        self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
 
     # --- one attempt ---------------------------------------------------------------------
 
@@ -95,7 +97,15 @@ class AcceptCall:
         says when its jobs started (``codec.new_lock``), not when the call began."""
         if not self._picked:
             self.lock = new_lock()
-        return run(self.db, self._body, also)
+        return run_noting(self.db, self._failed, self._body, also)
+
+    def _failed(self, exc) -> None:
+        """An attempt failed: count it."""
+        if not is_retryable(exc):
+            return
+        self.retries += 1
+        if error_code(exc) == NOT_COMMITTED:
+            self.conflicts += 1
 
     def _body(self, tr, also=None):
         keys.check_layout(tr)

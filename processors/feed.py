@@ -44,11 +44,14 @@ PACE_WEIGHT = 0.2  # weight of the newest run (and accept) in the moving average
 class Acceptor:
     """Accepts jobs of any of ``types``: an attempt per type (random order), then one wait
     on all their pending watches, in steps no longer than a slice so the caller can stop.
-    ``wake`` cuts a wait short (stop)."""
+    ``wake`` cuts a wait short (stop).  ``stats`` (a Counter, if given) counts the accept
+    attempts retried (``accept_retries``) and, of them, the conflicts (``accept_conflicts``:
+    another worker took a picked job first)."""
 
-    def __init__(self, db, types: list[str]):
+    def __init__(self, db, types: list[str], stats=None):
         self.db = db
         self.types = list(types)
+        self.stats = stats
         self.wake = threading.Event()
         self._calls: dict[str, AcceptCall] = {}
         self._waits: list[Wait] = []
@@ -66,7 +69,13 @@ class Acceptor:
                 if call is None:  # a call (and its lock) lives until it returns jobs (1021)
                     call = self._calls[type] = AcceptCall(self.db, type)
                 call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
-                out = call.attempt(also)
+                retries, conflicts = call.retries, call.conflicts
+                try:
+                    out = call.attempt(also)
+                finally:
+                    if self.stats is not None:
+                        self.stats["accept_retries"] += call.retries - retries
+                        self.stats["accept_conflicts"] += call.conflicts - conflicts
                 also = None
                 if isinstance(out, list):
                     del self._calls[type]
@@ -100,7 +109,7 @@ class Feed:
 
     def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
-        self.acceptor = Acceptor(db, types)
+        self.acceptor = Acceptor(db, types, stats)
         self.lanes = lanes
         self.prefetch = prefetch
         self._hold = hold

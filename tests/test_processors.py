@@ -671,13 +671,16 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
         raise FDBError(NOT_COMMITTED)
 
     monkeypatch.setattr(AcceptCall, "_body", conflicting)
-    ids, ran = _run_to_the_end(db, db, 12, concurrency=1)
+    ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1)
     assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
+    # every conflict was counted, as a retried accept attempt (stats read after the stop)
+    assert stats["accept_conflicts"] == stats["accept_retries"] == len(carried)
 
 
-def _run_to_the_end(db, store, n: int, concurrency: int) -> tuple[list[str], list[str]]:
+def _run_to_the_end(db, store, n: int, concurrency: int):
     """Run ``n`` no-op jobs through a Processor on ``store`` until all are finished (read
-    in ``db``); their ids, and the ids of the runs in the order they started."""
+    in ``db``); their ids, the ids of the runs in the order they started, and the
+    processor's stats."""
     p = Processor(store)
     ran = []
 
@@ -690,7 +693,7 @@ def _run_to_the_end(db, store, n: int, concurrency: int) -> tuple[list[str], lis
     with running(p, concurrency=concurrency):
         ids = [p.submit("t", {"i": i}).job_id for i in range(n)]
         assert wait_until(lambda: all(jobs.get_job_state(db, "t", i) == "finished" for i in ids))
-    return ids, ran
+    return ids, ran, p.stats
 
 
 def test_group_committed_outcomes_under_commit_faults_finish_each_job_once(db, engine_name):
@@ -703,8 +706,9 @@ def test_group_committed_outcomes_under_commit_faults_finish_each_job_once(db, e
     if engine_name == "fdb":
         pytest.skip("fault injection wraps the embedded engines here")
     store = FaultInjectingDatabase(db, conflict=0.1, unknown_committed=0.15, unknown_not_committed=0.1, seed=11)
-    ids, ran = _run_to_the_end(db, store, 40, concurrency=2)
+    ids, ran, stats = _run_to_the_end(db, store, 40, concurrency=2)
     assert sorted(ran) == sorted(ids)
+    assert stats["accept_retries"] >= stats["accept_conflicts"] > 0
     assert store.injected["unknown_committed"] > 0
 
 

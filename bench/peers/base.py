@@ -75,6 +75,11 @@ class Peer:
         """argv of extra long-lived processes a workload needs (a monitor, ...)."""
         return []
 
+    def counters(self) -> dict[str, int]:
+        """What the workers counted during the run (the peer's own statistics, summed over
+        the worker processes; e.g. ours' accept retries), read after the workload; {}: none."""
+        return {}
+
     def versions(self) -> dict[str, str]:
         out = {}
         for dist in self.packages:

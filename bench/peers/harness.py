@@ -22,6 +22,8 @@ handler records):
   through when adding and running compete, with the latency of each job on the way.
 * ``steady`` and ``sustained`` also give the CPU time the worker processes used per job
   while the jobs ran (``Procs.cpu_seconds``; servers not counted).
+* A peer that counts what its workers did (``Peer.counters``: ours counts its accept
+  retries and conflicts) adds those counts to the result, warm-up included.
 * ``recovery``: 2 workers (and the peer's helpers, e.g. a monitor); one job that blocks
   until killed; when a worker has started it, ``kill -9`` that worker's process group;
   recovery = the job's next start (in the other worker) - the kill, capped at CAP s.
@@ -275,6 +277,9 @@ def run(peer_name: str, workload: str, params: dict, ctx: Ctx) -> dict:
         else:
             raise ValueError(f"unknown workload {workload!r}")
         result["ok"] = True
+        counters = peer.counters()
+        if counters:
+            result["counters"] = counters
         if result.get("runs", 0) > result.get("jobs", 0):  # jobs ran twice: keep what the workers said
             result["log_warnings"] = log_warnings(ctx.logdir)
     except Failed as exc:

@@ -7,13 +7,17 @@ timeout; the recovery workload runs a dedicated ``jobs monitor`` process."""
 from __future__ import annotations
 
 import functools
+import glob
+import json
 import os
+import time
 
 from . import record
 from .base import Peer, is_worker, python
 
 TYPE = "bench"
 TIMEOUT = 5.0
+STATS_EVERY = 0.2  # seconds between two writes of a worker's stats file
 
 
 @functools.cache
@@ -29,7 +33,16 @@ def _processor(prefetch: int = 32):
 
     if is_worker():
         record.started()
+        p.periodic(STATS_EVERY, functools.partial(_write_stats, p))
     return p
+
+
+def _write_stats(p) -> None:
+    """The processor's stats as ``stats-PID.json`` in the log directory (replaced whole)."""
+    path = os.path.join(os.environ["BENCH_LOGDIR"], f"stats-{os.getpid()}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(dict(p.stats), f)
+    os.replace(path + ".tmp", path)
 
 
 def __getattr__(name):  # `jobs worker bench.peers.ours_peer:processor`
@@ -104,6 +117,16 @@ class OursPeer(Peer):
 
         self.n += 1
         jobs.add(self.db, TYPE, f"e{self.n}", {"enq": enq, "block": block} if block else {"enq": enq})
+
+    def counters(self):
+        """The workers' ``Processor.stats``, summed (read after one more write of each)."""
+        time.sleep(2 * STATS_EVERY)
+        total: dict[str, int] = {}
+        for path in glob.glob(os.path.join(self.ctx.logdir, "stats-*.json")):
+            with open(path) as f:
+                for k, v in json.load(f).items():
+                    total[k] = total.get(k, 0) + v
+        return total
 
     def worker_cmd(self):
         return [python(), "-m", "jobsctl", "--store", self.url, "worker", f"{self.module}:processor",

@@ -54,6 +54,13 @@ def run(db, func, /, *args, **kwargs):
     """Run ``func(tr, *args, **kwargs)`` in a new transaction of ``db``; commit; retry the
     errors ``on_error`` retries, exactly as ``fdb.transactional`` does.  Watches set with
     :func:`watch` by an attempt that fails are cancelled."""
+    return run_noting(db, None, func, *args, **kwargs)
+
+
+def run_noting(db, failed, func, /, *args, **kwargs):
+    """:func:`run`, calling ``failed(exc)`` (if not None) with each store error of an
+    attempt before ``on_error`` sees it (it may re-raise it): a body that keeps state across
+    attempts learns which attempts surely did not commit (``not_committed``, 1020)."""
     tr = db.create_transaction()
     try:
         while True:
@@ -66,6 +73,8 @@ def run(db, func, /, *args, **kwargs):
                 _drop_attempt_watches(tr, cancel=True)
                 if error_code(exc) is None:
                     raise
+                if failed is not None:
+                    failed(exc)
                 tr.on_error(exc).wait()
     finally:
         close = getattr(tr, "close", None)
