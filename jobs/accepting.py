@@ -82,6 +82,7 @@ class AcceptCall:
         # ids this call locked in attempts that may have committed, each once (an id locked by
         # an attempt that did not commit may be locked again by the next one)
         self._picked: dict[str, None] = {}
+        self._new_picks: list[str] = []  # of them, the ones the current attempt added
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
 
@@ -100,14 +101,20 @@ class AcceptCall:
         return run_noting(self.db, self._failed, self._body, also)
 
     def _failed(self, exc) -> None:
-        """An attempt failed: count it."""
+        """An attempt failed: count it; after a conflict (1020: surely not committed) its
+        picks are no longer candidates for ``_already_mine``, so the next attempt does not
+        read, with conflicts, the rows that the winners of those jobs are writing."""
         if not is_retryable(exc):
             return
         self.retries += 1
         if error_code(exc) == NOT_COMMITTED:
             self.conflicts += 1
+            for job_id in self._new_picks:
+                del self._picked[job_id]
+        self._new_picks = []
 
     def _body(self, tr, also=None):
+        self._new_picks = []
         keys.check_layout(tr)
         if also is not None:
             also(tr)
@@ -155,7 +162,9 @@ class AcceptCall:
             if row is None or row.state != "pending":
                 admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it
-            self._picked[job_id] = None
+            if job_id not in self._picked:
+                self._picked[job_id] = None
+                self._new_picks.append(job_id)
             # LastLock cleared: once another worker holds the job, a finish repeated with an
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
             # Lost kept: the count belongs to the run, whichever worker takes it next.

@@ -207,6 +207,43 @@ def test_accept_retried_after_a_lost_commit_and_1021_returns_each_job_once(db):
     assert sorted(running_ids(db)) == ["j0", "j1"]
 
 
+def test_accept_retried_after_a_conflict_does_not_read_the_jobs_it_lost(db, monkeypatch):
+    """A conflict (1020) commits nothing, so the retry forgets the jobs the failed attempt
+    picked: it must not read their rows, which the worker that won them goes on writing
+    (here it finishes the lost job while the retry runs), or each such write makes the
+    retry conflict again, and a chain of conflicts keeps the worker backing off."""
+    from jobs.accepting import AcceptCall
+
+    class Scripted(FaultInjectingDatabase):
+        script = ["conflict"]
+
+        def _draw(self):
+            return self.script.pop(0) if self.script else None
+
+    jobs.add(db, T, "lost", {})
+    body, attempts = AcceptCall._body, []
+
+    def staged(self, tr, also=None):
+        if self is not call:  # the other worker's accept
+            return body(self, tr, also)
+        attempts.append(1)
+        if len(attempts) == 2:  # the retry: another worker took "lost"; "next" was added
+            other = jobs.accept(db, T, timeout=0)
+            assert other.id == "lost"
+            jobs.add(db, T, "next", {})
+            out = body(self, tr, also)
+            jobs.finish(db, other)  # written after the retry's reads, before its commit
+            return out
+        return body(self, tr, also)
+
+    monkeypatch.setattr(AcceptCall, "_body", staged)
+    call = AcceptCall(Scripted(db), T)
+    taken = call.attempt()
+    assert [job.id for job in taken] == ["next"]
+    assert (len(attempts), call.conflicts, call.retries) == (2, 1, 1)  # the injected conflict only
+    assert jobs.get_job_state(db, T, "lost") == "finished" and running_ids(db) == ["next"]
+
+
 def test_finish_retried_after_1021_does_not_halt(db, unknown):
     jobs.add(db, T, "j", {})
     job = jobs.accept(db, T, timeout=0)

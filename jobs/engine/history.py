@@ -143,6 +143,15 @@ class History:
             if _U64.unpack_from(header, _CURRENT << 3)[0] == a:  # (no torn read)
                 return a
 
+    def quiet_since(self, version: int) -> bool:
+        """No commit was settled or under way after read version ``version`` was read: a
+        snapshot started since holds exactly the commits up to it.  (A committer marks
+        its commit pending before it writes to SQLite, and settles it, the version first,
+        after.)"""
+        header = self._header
+        return (_U64.unpack_from(header, _PENDING << 3)[0] == 0
+                and _U64.unpack_from(header, _CURRENT << 3)[0] == version)
+
     # --- under the write lock ----------------------------------------------------------
 
     def begin(self) -> int:

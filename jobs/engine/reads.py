@@ -24,6 +24,30 @@ _CLEARED = (_CLEAR, None)  # a key inside a range this transaction cleared
 _MISSING = object()  # not in the read cache
 
 
+PIN_TRIES = 3  # snapshots started at most to find one that is exactly its read version
+_PIN = "SELECT v FROM kv WHERE k = x''"  # any read of the table starts the SQLite snapshot
+
+
+def _begin_snapshot(conn, history) -> int:
+    """Start a read snapshot on ``conn``; its read version.
+
+    The version is read before the snapshot starts, so every commit the snapshot lacks has
+    a later version (history.py).  A commit that lands in between is in the snapshot with
+    a later version too: the transaction would see state newer than its read version, and
+    the conflict check would count that commit's writes against it though it read them
+    (e.g. a worker accepting the job an add just committed).
+    So the snapshot is started again, at the later version, while a commit came in
+    between, a few times at most (then that later commit counts as a conflict: safe)."""
+    for attempt in range(PIN_TRIES):
+        version = history.read_version()
+        conn.execute("BEGIN")
+        conn.execute(_PIN).fetchone()
+        if history.quiet_since(version) or attempt == PIN_TRIES - 1:
+            return version
+        conn.execute("ROLLBACK")
+    raise AssertionError("unreachable")
+
+
 class TransactionRead:
     """The state and the reads of a transaction on the embedded store (its writes, watches
     and commit: ``transaction.Transaction``).  Not thread-safe."""
@@ -115,11 +139,8 @@ class TransactionRead:
         conn = self._conn
         if conn is None:
             conn = self.db._get_conn()
-            # The read version is read before the snapshot starts (at the first read after
-            # BEGIN): every commit the snapshot lacks has a later version (history.py).
-            self._rv = self.db._history.read_version()
             try:
-                conn.execute("BEGIN")
+                self._rv = _begin_snapshot(conn, self.db._history)
             except BaseException:
                 self.db._put_conn(conn, rollback=True)
                 raise

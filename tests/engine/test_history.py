@@ -251,11 +251,36 @@ def test_a_one_write_commit_is_one_sqlite_statement(path, monkeypatch):
         put(db, b"b")
         assert [s.split()[0] for s in statements] == ["INSERT"]
         statements.clear()
-        tr = db.create_transaction()  # a read and a write: the snapshot's end, then the write
-        tr.get(b"a").wait()
+        tr = db.create_transaction()  # a read and a write: the snapshot's start (its first
+        tr.get(b"a").wait()  # read, _PIN) and end, then the write
         tr.set(b"c", b"v")
         tr.commit().wait()
-        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "COMMIT", "INSERT"]
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "COMMIT", "INSERT"]
+
+
+def test_a_commit_between_the_read_version_and_the_snapshot_is_not_a_conflict(path):
+    """A commit that lands after a transaction read its version but before its snapshot
+    started would be in the snapshot with a later version than the transaction's, so the
+    check would count it as a conflict although the transaction read what it wrote.  The
+    snapshot starts again at the later version: the transaction reads the value that
+    commit wrote, as of its read version, and commits."""
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k", b"old")
+        real = db._history.read_version
+        landed = []
+
+        def then_a_commit():
+            version = real()
+            if not landed:  # (once: the retry reads the version again)
+                landed.append(put(db, b"k", b"new"))
+            return version
+
+        db._history.read_version = then_a_commit
+        tr = db.create_transaction()
+        assert tr.get(b"k").wait() == b"new"
+        assert tr.get_read_version().wait() == landed[0]
+        tr.set(b"other", b"v")
+        tr.commit().wait()  # 1020 if the snapshot held a commit newer than its version
 
 
 def _alone_on(hist: str) -> bool:
