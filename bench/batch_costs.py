@@ -1,7 +1,9 @@
 """What each step of a job costs in one process, in microseconds a job, one at a time and
 in batches as the ``Processor`` runs them: ``add`` and ``add_many``, ``accept`` and
 ``accept_many(32)``, ``finish`` in its own transaction and ``finish_many`` of 64 (as the
-``Processor``'s outcome commits).  Fresh embedded stores; the rounds
+``Processor``'s outcome commits); and an ``accept`` that finds nothing due (a worker
+woken for a job another took: it reads the queue and arms its watches), a call.  Fresh
+embedded stores; the rounds
 alternate the ways, so the machine's noise hits all alike.  Run it from two checkouts
 one after the other to compare a change.
 
@@ -21,6 +23,7 @@ from .bulk import TYPE, arguments, new_store
 
 ACCEPT_BATCH = 32
 FINISH_BATCH = 64
+EMPTY_SHARE = 8  # accepts that find nothing: one per this many jobs (timed a call each)
 
 
 def _ids(n: int) -> list[tuple[str, dict]]:
@@ -54,6 +57,8 @@ def one_round(directory: str, n: int) -> dict[str, float]:
     out["add"] = _timed(lambda: [jobs.add(db, TYPE, job_id, data) for job_id, data in _ids(n)])
     singles, out["accept"] = _accepted(db, n, 1)
     out["finish"] = _timed(lambda: [jobs.finish(db, job) for [job] in singles])
+    calls = max(1, n // EMPTY_SHARE)
+    out["accept, nothing due"] = _timed(lambda: [jobs.accept(db, TYPE, timeout=0) for _ in range(calls)]) * n / calls
     db.close()
     db = new_store(directory, "batched")
     out["add_many"] = _timed(lambda: jobs.add_many(db, TYPE, _ids(n)))
@@ -64,7 +69,7 @@ def one_round(directory: str, n: int) -> dict[str, float]:
     if jobs.pending_count(db, TYPE) != 0:
         raise RuntimeError("jobs left pending")
     db.close()
-    return {way: seconds / n * 1e6 for way, seconds in out.items()}
+    return {way: seconds / n * 1e6 for way, seconds in out.items()}  # (a call for "nothing due")
 
 
 def main(argv=None) -> int:
@@ -72,7 +77,8 @@ def main(argv=None) -> int:
     rounds = [one_round(directory, args.jobs) for _ in range(args.repeat)]
     for way in rounds[0]:
         runs = [r[way] for r in rounds]
-        print(f"{way:<28} {statistics.median(runs):>8.1f} us a job (median of {len(runs)}; "
+        unit = "a call" if way == "accept, nothing due" else "a job"
+        print(f"{way:<28} {statistics.median(runs):>8.1f} us {unit} (median of {len(runs)}; "
               f"{min(runs):.1f} - {max(runs):.1f})", file=sys.stderr)
     print(json.dumps({"jobs": args.jobs, "us_per_job": rounds}))
     return 0

@@ -13,10 +13,12 @@ from .atomic import ATOMIC_OPS
 from .commit import commit_log
 from .errors import FDBError
 from .futures import Future
-from .keyvalues import check_value, check_write_key, strinc_or_end, to_key, to_value
+from .keyvalues import check_value, check_write_key, stored_values, strinc_or_end, to_key, to_value
 from .ranges import check_stamp_param, in_ranges, merge_ranges, stamped_key_span
 from .reads import _ATOMIC, _CLEAR, _SET, _UNREADABLE, TransactionRead
 from .watches import UNKNOWN as _UNKNOWN
+
+_STORED = object()  # a watch baseline to be read from the store (_read_baselines)
 
 
 _COMMITTED = Future.ready(None)  # what every commit returns (a ready future cannot change)
@@ -48,6 +50,7 @@ class Transaction(TransactionRead):
         """Fire this transaction's watches on keys it changes (FoundationDB fires them
         before commit).  ``end`` None: the one key ``begin``; ``value`` _UNKNOWN: not
         known until commit."""
+        self._read_baselines()
         for key, baseline, future in self._watches:
             inside = key == begin if end is None else begin <= key < end
             if inside and (value is _UNKNOWN or baseline is _UNKNOWN or value != baseline):
@@ -229,13 +232,12 @@ class Transaction(TransactionRead):
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
         if not self._ryw:
             raise FDBError(E.WATCHES_DISABLED)
-        conn = self._read_conn()
+        self._read_conn()
         entry = self._own_entry(key, False)
         if entry is not None:  # (tags: set, clear; atomic and versionstamped: not known yet)
             baseline = entry[1] if entry[0] <= _CLEAR else _UNKNOWN
-        else:
-            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            baseline = row[0] if row else None
+        else:  # read with the others, in this snapshot (at commit at the latest)
+            baseline = _STORED
         self._reads.append((key, key + b"\x00"))
         future = Future()
         self._watches.append([key, baseline, future])
@@ -251,6 +253,8 @@ class Transaction(TransactionRead):
         try:
             if self._deferred:  # (inside the read snapshot, which the commit ends)
                 self._read_deferred()
+            if self._watches:
+                self._read_baselines()
             if not self._log and not self._extra_writes:
                 self._committed_version = -1  # read-only: nothing to check, as in FDB
             else:
@@ -269,11 +273,21 @@ class Transaction(TransactionRead):
         self._committed = True
         if self._stamp_future is not None and self._committed_version < 0:
             self._stamp_future.set_error(FDBError(E.NO_COMMIT_VERSION))
-        for key, baseline, future in self._watches:
-            if not future.is_ready():  # (fired by this transaction's own writes)
-                self.db._watches.add(key, baseline, future)
+        armed = [w for w in self._watches if not w[2].is_ready()]  # (not fired by own writes)
+        if armed:
+            self.db._watches.add(armed)
         self._watches = []
         return _COMMITTED
+
+    def _read_baselines(self) -> None:
+        """The stored values of the watched keys whose baseline is not read yet, in one
+        statement (a waiting accept watches all its type's wake shards)."""
+        keys = [w[0] for w in self._watches if w[1] is _STORED]
+        if keys:
+            found = stored_values(self._conn, keys)
+            for w in self._watches:
+                if w[1] is _STORED:
+                    w[1] = found.get(w[0])
 
     def _commit_writes(self) -> None:
         if self._rv is not None and time.monotonic() - self._rv_time > limits.TRANSACTION_LIFETIME:

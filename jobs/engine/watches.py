@@ -42,19 +42,37 @@ class Watches:
         self._bell: Doorbell | None = None  # set and cleared under _cond by the thread
 
     def count(self) -> int:
-        return sum(len(v) for v in self._armed.values())
-
-    def add(self, key: bytes, baseline, future: Future) -> None:
+        """Armed watches that have not fired nor been cancelled."""
         with self._cond:
-            if self.count() >= MAX_WATCHES:
-                future.set_error(FDBError(E.TOO_MANY_WATCHES))
-                return
-            self._armed.setdefault(key, []).append((baseline, future))
-            future.on_ready(lambda f, key=key: self._forget(key, f))
+            self._prune()
+            return sum(len(v) for v in self._armed.values())
+
+    def _prune(self) -> None:
+        """(Under _cond.)  Drop the watches that fired or were cancelled: done here, in
+        one pass, rather than by a callback on each (a waiting accept cancels a watch per
+        wake shard at once)."""
+        for key in [k for k, items in self._armed.items() if any(f.is_ready() for _b, f in items)]:
+            live = [(b, f) for b, f in self._armed[key] if not f.is_ready()]
+            if live:
+                self._armed[key] = live
+            else:
+                del self._armed[key]
+
+    def add(self, watches) -> None:
+        """Arm ``watches``, ``(key, baseline, future)`` items (a committed transaction's:
+        one wake of the thread for them all)."""
+        with self._cond:
+            room = MAX_WATCHES - self.count()
+            for key, baseline, future in watches:
+                if room <= 0:
+                    future.set_error(FDBError(E.TOO_MANY_WATCHES))
+                    continue
+                room -= 1
+                self._armed.setdefault(key, []).append((baseline, future))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="jobs-watches", daemon=True)
                 self._thread.start()
-            self._wake()  # check the baseline against the store at once
+            self._wake()  # check the baselines against the store at once
 
     def _wake(self) -> None:
         """(Under _cond.)  Make the thread look at the store now, wherever it waits."""
@@ -62,14 +80,6 @@ class Watches:
         self._cond.notify()
         if self._bell is not None:
             self._bell.ring()
-
-    def _forget(self, key: bytes, future: Future) -> None:
-        with self._cond:
-            items = self._armed.get(key)
-            if items:
-                items[:] = [(b, f) for b, f in items if f is not future]
-                if not items:
-                    del self._armed[key]
 
     def poke(self) -> None:
         if self._armed:
@@ -137,8 +147,10 @@ class Watches:
         """Wait until a look at the store is due: a poke (a local commit, a new watch), the
         doorbell, or the pace's interval.  ``(poked, watched keys)``, or None when closed."""
         with self._cond:
+            self._prune()
             while not self._armed and not self._closed:
                 self._cond.wait()
+                self._prune()
             if self._closed:
                 return None
             if not self._poked and pace.bell is None:

@@ -17,7 +17,8 @@ import pytest
 from enginekit import expect_fdb_error, read, spawn
 
 from jobs.engine import commit as commit_module
-from jobs.engine import history
+from jobs.engine import history, watches
+from jobs.engine.futures import wait_future
 from jobs.engine.embedded import EmbeddedDatabase
 from jobs.engine.urls import StoreOpenError, open_database
 
@@ -256,6 +257,32 @@ def test_a_one_write_commit_is_one_sqlite_statement(path, monkeypatch):
         tr.set(b"c", b"v")
         tr.commit().wait()
         assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "COMMIT", "INSERT"]
+
+
+def test_watches_of_one_transaction_cost_one_read_and_one_wake(path, monkeypatch):
+    """A waiting accept watches each of its type's wake shards: their baselines are read
+    in one statement and armed with one wake of the watch thread; cancelled ones leave the
+    armed set, and the others still fire."""
+    keys = [b"shard/%02d" % i for i in range(17)]
+    with EmbeddedDatabase(path) as db:
+        put(db, keys[0], b"0")
+        wakes = []
+        wake = watches.Watches._wake
+        monkeypatch.setattr(watches.Watches, "_wake", lambda self: (wakes.append(1), wake(self)))
+        statements: list[str] = []
+        conn = db._get_conn()
+        conn.set_trace_callback(statements.append)
+        db._put_conn(conn, rollback=False)
+        tr = db.create_transaction()
+        futures = [tr.watch(key) for key in keys]
+        tr.commit().wait()
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "ROLLBACK"]
+        assert len(wakes) == 1 and db._watches.count() == 17
+        for future in futures[1:]:
+            future.cancel()
+        assert db._watches.count() == 1
+        put(db, keys[0], b"1")
+        assert wait_future(futures[0], 30)
 
 
 def test_a_commit_between_the_read_version_and_the_snapshot_is_not_a_conflict(path):
