@@ -84,8 +84,9 @@ class Processor:
     seconds between two renewals of its entry in the workers registry (``jobs.workers``:
     it drops out after ``jobs.workers.stale_bound`` of that without one).  ``stats``
     counts what happened (accepted, succeeded, retried, failed, halted, released, errors;
-    accept_retries: accept attempts retried, accept_conflicts: of them, lost to another
-    worker that took a picked job first)."""
+    accept_batches: accept transactions that took jobs; accept_retries: accept attempts
+    retried; accept_conflicts: of them, lost to another worker that took a picked job
+    first)."""
 
     def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH,
                  worker_heartbeat: float = HEARTBEAT):

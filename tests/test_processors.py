@@ -673,8 +673,10 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     monkeypatch.setattr(AcceptCall, "_body", conflicting)
     ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1)
     assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
-    # every conflict was counted, as a retried accept attempt (stats read after the stop)
-    assert stats["accept_conflicts"] == stats["accept_retries"] == len(carried)
+    # every conflict was counted, as a retried accept attempt (stats read after the stop;
+    # adds racing an accept's snapshot may add a real conflict or two)
+    assert stats["accept_retries"] >= stats["accept_conflicts"] >= len(carried)
+    assert 1 <= stats["accept_batches"] <= stats["accepted"] == 12
 
 
 def _run_to_the_end(db, store, n: int, concurrency: int):
