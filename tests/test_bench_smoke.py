@@ -91,7 +91,8 @@ def test_bulk_and_batch_costs_run_every_way(tmp_path, capsys):
     assert set(rates) == set(bulk.WAYS) and all(r[0] > 0 for r in rates.values())
     assert batch_costs.main(["--jobs", "128", "--repeat", "1", "--dir", str(tmp_path)]) == 0
     [costs] = json.loads(capsys.readouterr().out)["us_per_job"]
-    assert set(costs) == {"add", "accept", "finish", "add_many", "accept_many(32)", "finish_many(64)"}
+    assert set(costs) == {"add", "accept", "finish", "accept, nothing due", "add_many", "accept_many(32)",
+                          "finish_many(64)"}
     assert all(us > 0 for us in costs.values())
 
 
