@@ -122,7 +122,13 @@ class EmbeddedDatabase:
         try:
             return self._pool.pop()  # (atomic: no lock needed)
         except IndexError:
+            pass
+        try:
             return self._connect()
+        except StoreFileError:
+            if self._closed:  # closed meanwhile: a memory store's files went under this connect
+                raise FDBError(E.OPERATION_CANCELLED, "database is closed") from None
+            raise
 
     def _put_conn(self, conn: sqlite3.Connection, rollback: bool) -> None:
         if rollback and conn.in_transaction:

@@ -1192,6 +1192,32 @@ def test_close_right_after_a_watch_leaves_no_background_error(engine, monkeypatc
     assert errors == [], f"background watch thread failed after close: {errors[0]!r}"
 
 
+def test_a_transaction_that_starts_while_its_database_closes_gets_operation_cancelled(engine):
+    """A thread whose transaction opens a connection while another thread closes the
+    database (a memory store's files are deleted) gets operation_cancelled, as any use
+    of a closed database does, not a file error (a notifier thread counts on it to stop
+    quietly)."""
+    if engine.name == "fdb":
+        pytest.skip("fdb.Database has no close()")
+    from jobs.engine.errors import StoreFileError
+    from jobs.engine.urls import open_database
+
+    db = open_database(engine.url or "memory:")
+    connect = db._connect
+
+    def closed_under_it():
+        db.close()
+        raise StoreFileError("cannot open store: disk I/O error")
+
+    while db._pool:  # (the next transaction connects)
+        db._pool.pop().close()
+    db._connect = closed_under_it
+    tr = db.create_transaction()
+    with expect_fdb_error(1101):
+        tr.get(b"k").wait()
+    db._connect = connect
+
+
 # --- FoundationDB's behaviour as seen on a cluster (7.3.79): the embedded engine follows --
 
 
