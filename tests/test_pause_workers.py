@@ -9,7 +9,9 @@ process: it logs ``none`` after an accept that returned nothing at once, then
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -86,6 +88,7 @@ def test_a_processor_takes_no_jobs_of_a_paused_type_and_resumes(db, paused_attem
 
 
 def worker(url: str, log_path: str) -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks if it hangs
     db = jobs.open(url)
     with open(log_path, "w", buffering=1) as log:
         log.write("none\n" if jobs.accept(db, T, timeout=0) is None else "took one at once\n")
@@ -119,7 +122,8 @@ def test_a_pause_in_one_process_is_obeyed_by_another(tmp_path):
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), url, str(log)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            assert wait_until(lambda: "waiting" in lines() or proc.poll() is not None), "the worker never waited"
+            if not wait_until(lambda: "waiting" in lines() or proc.poll() is not None):
+                pytest.fail(f"the worker never waited; its log: {lines()}; its threads:\n{_stacks_of(proc)}")
             assert lines()[:2] == ["none", "waiting"], (
                 proc.communicate()[1].decode() if proc.poll() is not None else lines())
             assert jobs.get_job_state(db, T, "a") == "pending"
@@ -134,6 +138,16 @@ def test_a_pause_in_one_process_is_obeyed_by_another(tmp_path):
         assert jobs.get_job_state(db, T, "a") == "finished"
     finally:
         db.close()
+
+
+def _stacks_of(proc: subprocess.Popen) -> str:
+    """The stacks of a hung worker's threads (its faulthandler prints them on SIGUSR1),
+    and whatever else it wrote to stderr; the worker is killed."""
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    proc.kill()
+    _out, err = proc.communicate(timeout=DEADLINE)
+    return err.decode(errors="replace")[-8000:]
 
 
 if __name__ == "__main__":
