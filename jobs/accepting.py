@@ -111,7 +111,6 @@ class AcceptCall:
             self.conflicts += 1
             for job_id in self._new_picks:
                 del self._picked[job_id]
-        self._new_picks = []
 
     def _body(self, tr, also=None):
         self._new_picks = []

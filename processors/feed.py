@@ -44,12 +44,12 @@ PACE_WEIGHT = 0.2  # weight of the newest run (and accept) in the moving average
 class Acceptor:
     """Accepts jobs of any of ``types``: an attempt per type (random order), then one wait
     on all their pending watches, in steps no longer than a slice so the caller can stop.
-    ``wake`` cuts a wait short (stop).  ``stats`` (a Counter, if given) counts the accepts
+    ``wake`` cuts a wait short (stop).  ``stats`` (a Counter) counts the accepts
     that took jobs (``accept_batches``), the accept attempts retried (``accept_retries``)
     and, of them, the conflicts (``accept_conflicts``: another worker took a picked job
     first)."""
 
-    def __init__(self, db, types: list[str], stats=None):
+    def __init__(self, db, types: list[str], stats):
         self.db = db
         self.types = list(types)
         self.stats = stats
@@ -74,13 +74,11 @@ class Acceptor:
                 try:
                     out = call.attempt(also)
                 finally:
-                    if self.stats is not None:
-                        self.stats["accept_retries"] += call.retries - retries
-                        self.stats["accept_conflicts"] += call.conflicts - conflicts
+                    self.stats["accept_retries"] += call.retries - retries
+                    self.stats["accept_conflicts"] += call.conflicts - conflicts
                 also = None
                 if isinstance(out, list):
-                    if self.stats is not None:
-                        self.stats["accept_batches"] += 1
+                    self.stats["accept_batches"] += 1
                     del self._calls[type]
                     self._cancel_waits()
                     return out

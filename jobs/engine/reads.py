@@ -38,14 +38,15 @@ def _begin_snapshot(conn, history) -> int:
     (e.g. a worker accepting the job an add just committed).
     So the snapshot is started again, at the later version, while a commit came in
     between, a few times at most (then that later commit counts as a conflict: safe)."""
-    for attempt in range(PIN_TRIES):
+    tries = PIN_TRIES
+    while True:
         version = history.read_version()
         conn.execute("BEGIN")
         conn.execute(_PIN).fetchone()
-        if history.quiet_since(version) or attempt == PIN_TRIES - 1:
+        tries -= 1
+        if not tries or history.quiet_since(version):
             return version
         conn.execute("ROLLBACK")
-    raise AssertionError("unreachable")
 
 
 class TransactionRead:
