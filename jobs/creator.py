@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import NamedTuple
 
-from . import checks, finished as finished_index, keys, pending, rows
+from . import ahead, checks, finished as finished_index, keys, pending, rows
 from .calls import not_found, within_store
 from .codec import encode_data
 from .engine import value_of
@@ -41,8 +41,10 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     job = _checked(type, job_id, data, scheduled_time, priority, key)
 
     def body(tr):
-        _require_timeout(tr, type)
-        _add_row(tr, type, job, rows.get(tr, type, job_id))
+        timeout = _timeout_read(tr, type)  # (both reads issued together: one round trip)
+        row = ahead.read(tr, keys.data_key(type, job_id))
+        _require_timeout(timeout, type)
+        _add_row(tr, type, job, rows.decode(value_of(row), type, job_id))
 
     within_store(tr, body)
 
@@ -75,8 +77,14 @@ def _checked(type: str, job_id, data, scheduled_time, priority, key) -> _Checked
                     encode_data(data))
 
 
-def _require_timeout(tr, type: str) -> None:
-    if not tr.get(keys.timeout_key(type)).wait().present():
+def _timeout_read(tr, type: str):
+    """The future of the read of ``type``'s timeout (for :func:`_require_timeout`)."""
+    return tr.get(keys.timeout_key(type))
+
+
+def _require_timeout(timeout, type: str) -> None:
+    """NoTypeTimeout unless the type's timeout (``timeout``: its read) is set."""
+    if value_of(timeout) is None:
         raise NoTypeTimeout(f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first")
 
 
@@ -133,8 +141,9 @@ def type_error(exc: Exception) -> bool:
 
 
 def _add_batch(tr, type: str, batch: list[_Checked]) -> None:
-    _require_timeout(tr, type)
+    timeout = _timeout_read(tr, type)
     futures = [tr.get(keys.data_key(type, job.id)) for job in batch]  # (read in parallel)
+    _require_timeout(timeout, type)
     new = []
     for job, future in zip(batch, futures):
         row = rows.decode(value_of(future), type, job.id)

@@ -4,6 +4,7 @@ and the replay of its mutation log into SQLite."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 from .atomic import ATOMIC_OPS, KEEPS_A_VALUE
@@ -138,10 +139,17 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
     1007 if its read version is older than the history kept, 1020 if its ``reads`` overlap
     a later commit's writes, else its write ranges are recorded in the history
     (``history.py``) and the log applied.  Returns the new commit version and its 10-byte
-    versionstamp (the version, big-endian, then batch order 0)."""
+    versionstamp (the version, big-endian, then batch order 0).
+
+    ``conn`` may still hold the transaction's read snapshot (at ``read_version``): when no
+    commit came since, that SQLite transaction becomes the write one (its first write takes
+    SQLite's write lock), which saves ending it and beginning another; else it is ended
+    here, before the log is applied in a transaction of its own."""
     history = db._history
     with db._write_lock():
         version = history.begin()
+        if conn.in_transaction and version != read_version:  # (a commit since: a stale snapshot)
+            conn.execute("COMMIT")
         if reads and read_version is not None and version > read_version:
             history.check(reads, read_version)
         now = time.time()
@@ -164,21 +172,46 @@ def _write(conn, log: list, stamp: bytes, ceiling: int | None) -> None:
     """Apply ``log`` in one SQLite transaction, with the versions' new durable ``ceiling``
     if any: ``BEGIN IMMEDIATE``, its statements, ``COMMIT``; a log of one statement runs
     by itself (SQLite commits it alone), and a commit of nothing but write conflict
-    ranges writes nothing."""
+    ranges writes nothing.  On a ``conn`` in a read snapshot of the current version
+    (:func:`commit_log`), the statements run in that transaction instead; should SQLite
+    refuse to make it a write one (busy: it never invokes the busy handler for that), it
+    is ended and the log applied as above."""
+    upgrade = conn.in_transaction
     if ceiling is None and len(log) < 2 and (not log or _one_statement(log[0])):
         if log:
-            _apply_one(conn, log[0], stamp)
+            try:
+                _apply_one(conn, log[0], stamp)
+            except sqlite3.OperationalError as exc:
+                if not (upgrade and _busy(exc)):
+                    raise
+                conn.execute("ROLLBACK")
+                _apply_one(conn, log[0], stamp)
+                return
+        if upgrade:
+            conn.execute("COMMIT")
         return
-    conn.execute("BEGIN IMMEDIATE")
+    if not upgrade:
+        conn.execute("BEGIN IMMEDIATE")
     try:
         apply_log(conn, log, stamp)
         if ceiling is not None:
             conn.execute("UPDATE state SET version = ?", (ceiling,))
         conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if not (upgrade and _busy(exc)):
+            raise
+        _write(conn, log, stamp, ceiling)  # (not in a transaction now: its own)
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY or one of its extended codes (BUSY_SNAPSHOT: a snapshot gone stale)."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
 
 
 def _apply_one(conn, m: tuple, stamp: bytes) -> None:

@@ -50,12 +50,20 @@ def strinc_or_end(prefix: bytes) -> bytes:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
+_POINT = "SELECT k, v FROM kv WHERE k = ?"
 _IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
+
+
+_UNION_MAX = 32  # up to this many keys, point SELECTs joined by UNION ALL (see below)
 
 
 def stored_values(conn, keys: list[bytes]) -> dict[bytes, bytes]:
     """The values stored under those of ``keys`` that exist (table ``kv``), read in one
-    statement per _IN_CHUNK keys rather than one per key."""
+    statement per _IN_CHUNK keys rather than one per key.  A few keys are read by one
+    compound of point SELECTs: SQLite builds a temporary index for an IN list, which costs
+    more than the reads themselves up to a few dozen keys (2 keys: 8 µs against 19 here)."""
+    if len(keys) <= _UNION_MAX:
+        return dict(conn.execute(" UNION ALL ".join([_POINT] * len(keys)), keys)) if keys else {}
     found: dict[bytes, bytes] = {}
     for start in range(0, len(keys), _IN_CHUNK):
         chunk = keys[start:start + _IN_CHUNK]

@@ -296,10 +296,8 @@ class Transaction(TransactionRead):
         if size > self._size_limit:
             raise FDBError(E.TRANSACTION_TOO_LARGE)
         reads = self._reads
-        if self._conn is not None:  # end the read snapshot; conflicts are checked below
-            self._conn.execute("COMMIT")
-            conn = self._conn
-        else:
+        conn = self._conn  # (its read snapshot, if any, goes on into commit_log)
+        if conn is None:
             conn = self._conn = self.db._get_conn()
         version, stamp = commit_log(self.db, conn, self._rv, reads, self._log, self._no_conflict, self._extra_writes)
         self._committed_version = version

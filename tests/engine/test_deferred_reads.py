@@ -40,8 +40,19 @@ def test_reads_asked_together_are_made_in_one_query(db):
     assert statements == []  # nothing read yet
     assert [f.wait() for f in futures[:10]] == [b"v%d" % i for i in range(10)]
     assert not futures[10].present()
-    assert len(statements) == 1 and "IN" in statements[0]
+    assert len(statements) == 1  # one statement, naming every key asked for
+    assert all(f"x'{key.hex()}'" in statements[0] for key in [b"k%d" % i for i in range(10)] + [b"absent"])
     assert tr.get(b"k3").wait() == b"v3" and len(statements) == 1  # read before: no query
+
+
+@pytest.mark.parametrize("absent", [1, 7, 23, 590])
+def test_reads_of_any_number_of_keys_find_what_is_stored(db, absent):
+    """Few keys are read by a compound of point reads, many by IN lists of 500 at most
+    (``keyvalues.stored_values``): both find exactly the stored keys."""
+    tr = db.create_transaction()
+    keys = [b"k%d" % i for i in range(10)] + [b"none%d" % i for i in range(absent)]
+    values = [f.wait().value for f in [tr.get(key) for key in keys]]
+    assert values == [b"v%d" % i for i in range(10)] + [None] * absent
 
 
 def test_a_read_sees_the_writes_made_before_it_not_after(db):

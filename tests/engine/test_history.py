@@ -11,6 +11,7 @@ import os
 import signal
 import sqlite3
 import struct
+import threading
 import time
 
 import pytest
@@ -253,10 +254,44 @@ def test_a_one_write_commit_is_one_sqlite_statement(path, monkeypatch):
         assert [s.split()[0] for s in statements] == ["INSERT"]
         statements.clear()
         tr = db.create_transaction()  # a read and a write: the snapshot's start (its first
-        tr.get(b"a").wait()  # read, _PIN) and end, then the write
+        tr.get(b"a").wait()  # read, _PIN), the write in the same SQLite transaction, its end
         tr.set(b"c", b"v")
         tr.commit().wait()
-        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "COMMIT", "INSERT"]
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "INSERT", "COMMIT"]
+        statements.clear()
+        tr = db.create_transaction()  # another commit since the snapshot: it is ended first
+        tr.get(b"a").wait()
+        tr.set(b"d", b"v")
+        put(db, b"e")
+        tr.commit().wait()
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "COMMIT", "INSERT"]  # (put: another connection)
+        assert [db.get(k) for k in (b"c", b"d", b"e")] == [b"v", b"v", b"v"]
+
+
+@pytest.mark.parametrize("writes", [1, 3])
+def test_a_snapshot_sqlite_refuses_to_make_a_write_one_commits_in_a_transaction_of_its_own(path, writes):
+    """The commit of a transaction that read writes in its read snapshot's SQLite
+    transaction; if SQLite refuses that (busy, here another connection holding its write
+    lock outside the store's), the snapshot is ended and the log applied on its own,
+    waiting for SQLite's lock as every commit does."""
+    with EmbeddedDatabase(path) as db:
+        put(db, b"a")
+        tr = db.create_transaction()
+        tr.get(b"a").wait()
+        for i in range(writes):
+            tr.set(b"w%d" % i, b"mine")
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO kv (k, v) VALUES (x'6f74686572', x'01')")
+        release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+        release.start()
+        try:
+            tr.commit().wait()
+        finally:
+            release.join()
+            other.close()
+        assert [db.get(b"w%d" % i) for i in range(writes)] == [b"mine"] * writes
+        assert db.get(b"other") == b"\x01"
 
 
 def test_watches_of_one_transaction_cost_one_read_and_one_wake(path, monkeypatch):
