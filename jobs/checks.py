@@ -98,8 +98,15 @@ def limit(value) -> int | None:
     return value
 
 
+# Bytes of the longest key (a pending key) beyond its names' characters, at most: the
+# subspace prefix, the priority and time, the names' framing, and a keyed one's 16 more.
+_KEY_FRAME = max(len(keys.PENDING.key()), len(keys.KPENDING.key())) + 64
+
+
 def key_sizes(type: str, job_id: str, key: str | None = None) -> None:
     """ValueError when the longest key of this job (its pending key) is over FDB's limit."""
+    if 4 * (len(type) + len(job_id) + len(key or "")) + _KEY_FRAME < keys.KEY_LIMIT:
+        return  # (surely short: a character packs into 4 bytes at most, framing included)
     longest = keys.pending_key(type, -(1 << 63), 0.0, job_id)
     size = len(longest) + (0 if key is None else len(keys.pack_str(key)) + 16)
     if size > keys.KEY_LIMIT:

@@ -146,6 +146,8 @@ def fields_of(row: Row) -> tuple:
 _NONE, _BYTES, _STR, _DOUBLE, _FALSE, _TRUE, _STAMP = b"\x00", 0x01, 0x02, 0x21, b"\x26", b"\x27", 0x33
 _ZERO = 0x14  # the int 0; ints of n bytes (n <= 8) have codes 0x14 +- n
 _DOUBLE_BE = struct.Struct(">d")
+_U64_BE, _CODE_U64_BE = struct.Struct(">Q"), struct.Struct(">BQ")
+_SIGN_BIT, _ALL_BITS = 1 << 63, (1 << 64) - 1
 _STAMP_AT_1 = struct.pack("<L", 1)
 
 
@@ -159,11 +161,10 @@ def pack_str(value: str) -> bytes:
 
 
 def pack_double(value: float) -> bytes:
-    """A float as the tuple layer packs it (code 0x21)."""
-    raw = _DOUBLE_BE.pack(value)
-    if raw[0] & 0x80:  # negative: every bit flipped
-        return b"\x21" + bytes(b ^ 0xFF for b in raw)
-    return b"\x21" + bytes((raw[0] ^ 0x80,)) + raw[1:]
+    """A float as the tuple layer packs it (code 0x21): its IEEE bits, big-endian, with
+    the sign bit flipped, or every bit for a negative one (so that bytes sort as numbers)."""
+    bits = _U64_BE.unpack(_DOUBLE_BE.pack(value))[0]
+    return _CODE_U64_BE.pack(0x21, bits ^ _ALL_BITS if bits >> 63 else bits | _SIGN_BIT)
 
 
 def _pack_row(seq, row: Row) -> bytes:
@@ -274,23 +275,36 @@ def _check_json(value, path: str) -> None:
     """JobDataError naming the first value (by path) that is not plain JSON: orjson would
     write NaN as null and datetimes, UUIDs or dataclasses as strings or objects, which
     would then read back as something else than what was stored."""
+    bad = _not_json(value)
+    if bad is not None:
+        steps, what = bad
+        raise JobDataError(f"job data is not JSON: {path}{''.join(reversed(steps))} {what}")
+
+
+def _not_json(value) -> tuple[list[str], str] | None:
+    """None for plain JSON, else the path to the first value that is not (its steps, the
+    innermost first: built only then, not for every value checked) and what is wrong."""
     if isinstance(value, _SCALARS):
-        return
+        return None
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise JobDataError(f"job data is not JSON: {path} is {value!r}")
-        return
+        return None if math.isfinite(value) else ([], f"is {value!r}")
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise JobDataError(f"job data is not JSON: {path} has a non-string key {k!r}")
-            _check_json(v, f"{path}[{k!r}]")
-        return
+                return [], f"has a non-string key {k!r}"
+            bad = _not_json(v)
+            if bad is not None:
+                bad[0].append(f"[{k!r}]")
+                return bad
+        return None
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _check_json(v, f"{path}[{i}]")
-        return
-    raise JobDataError(f"job data is not JSON: {path} is a {type(value).__name__} ({value!r:.80})")
+            bad = _not_json(v)
+            if bad is not None:
+                bad[0].append(f"[{i}]")
+                return bad
+        return None
+    return [], f"is a {type(value).__name__} ({value!r:.80})"
 
 
 def encode_data(data) -> bytes:

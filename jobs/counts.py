@@ -83,16 +83,21 @@ def _prefix(type: str, *name) -> bytes:
     return keys.COUNTS.pack((type, *name))
 
 
+def _every_job_counted(tr, type: str) -> bool:
+    """Whether ``tr``'s database is known to count every job of ``type`` (no recount under
+    way): :func:`counted` without a read."""
+    db = getattr(tr, "db", None)
+    return db in keys.LAYOUT.checked and type in _counted.get(db, ())
+
+
 def counted(tr, type: str, job_id: str) -> bool:
     """Whether the changes ``tr`` makes to the job are counted: always, unless the type's
     jobs are being counted (``recount.py``) and the count has not reached this one yet."""
+    if _every_job_counted(tr, type):
+        return True
     db = remembered(tr)
-    if db is not None:
-        if db in keys.LAYOUT.checked:
-            if type in _counted.get(db, ()):
-                return True
-        else:
-            _counted.pop(db, None)
+    if db is not None and db not in keys.LAYOUT.checked:
+        _counted.pop(db, None)
     keys.upgrade_layout(tr)  # (an upgrade from layout 4 records the types to count here)
     raw = value_of(tr.get(keys.recount_key(type)))
     if raw is None:
@@ -140,8 +145,12 @@ def taken(tr, picked: list[bytes]) -> None:
 def _add_summed(tr, entries: list[tuple[str, int, float, str]], n: int) -> None:
     """Count ``n`` for each pending entry ``(type, band, stime, job_id)``, summed by counter."""
     tally: dict[bytes, int] = {}
+    every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
     for type, band, stime, job_id in entries:
-        if counted(tr, type, job_id):
+        all_counted = every.get(type)
+        if all_counted is None:
+            all_counted = every[type] = _every_job_counted(tr, type)
+        if all_counted or counted(tr, type, job_id):
             for prefix in _buckets(type, band, stime):
                 tally[prefix] = tally.get(prefix, 0) + n
     s = pack_int(shard(tr))

@@ -60,10 +60,10 @@ class Layout:
         ``version`` (default: this layout's), ``error`` when it is corrupt or too old to
         migrate.  A snapshot read (no conflict in the caller's transaction), skipped once
         the database was seen at this layout's version."""
+        if getattr(tr, "db", None) in self.checked:  # (False for what no WeakSet holds)
+            return self.version
         version = self.version if version is None else version
         db = remembered(tr)
-        if db is not None and db in self.checked:
-            return self.version
         raw = value_of(tr.snapshot.get(self.key))
         stored = None if raw is None else self._decode(raw)
         if stored is not None and (not isinstance(stored, int) or stored > version):
@@ -93,6 +93,8 @@ class Layout:
         known to have it, migrating an older store first.  Raises as :meth:`check` does.
         The version key is read with a conflict only when it is written, so an older
         release's upgrade cannot commit over a newer one's."""
+        if getattr(tr, "db", None) in self.checked:  # (the usual case, on every write: no call)
+            return
         stored = self.check(tr)
         if stored == self.version:
             return

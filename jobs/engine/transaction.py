@@ -111,12 +111,14 @@ class Transaction(TransactionRead):
 
     def _atomic(self, op: str, key, param) -> None:
         self._check_usable()
-        key, param = to_key(key), to_value(param)
+        if type(key) is not bytes:
+            key = to_key(key)
+        if type(param) is not bytes:
+            param = to_value(param)
         check_write_key(key)
         check_value(param)
         entry = self._writes.get(key)
-        fn = ATOMIC_OPS[op]
-        if entry is None and in_ranges(key, self._cleared):
+        if entry is None and self._cleared and in_ranges(key, self._cleared):
             entry = (_CLEAR, None)
         if entry is None:
             self._writes[key] = (_ATOMIC, [(op, param)])
@@ -125,10 +127,10 @@ class Transaction(TransactionRead):
         elif entry[0] == _UNREADABLE:
             pass  # still unreadable until commit
         else:  # the base is known to this transaction: resolve now
-            value = fn(entry[1], param)
+            value = ATOMIC_OPS[op](entry[1], param)
             self._writes[key] = (_SET, value) if value is not None else (_CLEAR, None)
         self._log_write(("atomic", op, key, param))
-        self._account(key, param)
+        self._size += len(key) + len(param) + 16  # (as _account)
         if self._watches:
             self._own_write_seen(key, None, _UNKNOWN)
 
