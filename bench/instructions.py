@@ -1,0 +1,143 @@
+"""CPU instructions a job operation costs, counted by valgrind (cachegrind), not timed:
+the count moves by well under 1% from run to run where wall-clock figures on a shared
+machine move by 30%, so a change of a few percent shows, and two checkouts compare
+without alternating runs.  Needs ``valgrind`` (Debian: ``apt-get install valgrind``).
+
+    python -m bench.instructions [--jobs 1000] [--ops add,accept+finish] [--dir DIR]
+
+Each operation runs ``n`` times in a Python process under cachegrind, and again
+``n + jobs`` times; the difference, divided by ``jobs``, is what one costs: the start-up
+(the interpreter, imports, opening the store) cancels out.  Stores that an operation
+needs filled (jobs to accept) are made before, outside valgrind, one per run.  Counts
+include SQLite's own work (and the interpreter's), everything the process executes; not
+the kernel's (system calls count as one instruction), nor waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import jobs
+
+from .bench_engine import VALUE, fresh_store
+
+TYPE = "instr"
+BASE = 200  # operations in the shorter run
+
+
+def _commit(db, n: int) -> None:
+    @jobs.transactional
+    def put(tr, key):
+        tr.set(key, VALUE)
+
+    for i in range(n):
+        put(db, b"instr/%09d" % i)
+
+
+def _add(db, n: int) -> None:
+    for i in range(n):
+        jobs.add(db, TYPE, f"a{i:09d}")
+
+
+def _add_many(db, n: int) -> None:
+    jobs.add_many(db, TYPE, [f"m{i:09d}" for i in range(n)])
+
+
+def _accept_finish(db, n: int) -> None:
+    for _ in range(n):
+        jobs.finish(db, jobs.accept(db, TYPE, timeout=0))
+
+
+def _nothing_due(db, n: int) -> None:
+    for _ in range(n):
+        if jobs.accept(db, TYPE, timeout=0) is not None:
+            raise RuntimeError("a job was due")
+
+
+# name -> (what one operation does, whether its store holds a due job per operation, what it is)
+OPS = {
+    "commit": (_commit, False, "an engine transaction setting one key"),
+    "add": (_add, False, "jobs.add, one per transaction"),
+    "add_many": (_add_many, False, "jobs.add_many, per job (1,000 per transaction)"),
+    "accept+finish": (_accept_finish, True, "jobs.accept then jobs.finish, a transaction each"),
+    "accept-empty": (_nothing_due, False, "jobs.accept finding nothing due (reads, arms its watches)"),
+}
+
+
+def _prepare(path: str, jobs_due: int) -> str:
+    """A new store at ``path`` with the type's timeout and ``jobs_due`` pending jobs."""
+    url = fresh_store(os.path.dirname(path), os.path.basename(path))
+    with jobs.open(url) as db:
+        jobs.set_type_timeout(db, TYPE, 3600)
+        if jobs_due:
+            jobs.add_many(db, TYPE, [f"d{i:09d}" for i in range(jobs_due)])
+    return url
+
+
+def child(op: str, url: str, n: int) -> None:
+    """(Under valgrind.)  Open the store and run ``op`` ``n`` times."""
+    with jobs.open(url) as db:
+        OPS[op][0](db, n)
+
+
+def _instructions(op: str, url: str, n: int) -> int:
+    """Instructions of a child process running ``op`` ``n`` times on ``url``."""
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, "-m", "bench.instructions", "--child", op, url, str(n)]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", p.stderr)
+    if p.returncode != 0 or found is None:
+        raise RuntimeError(f"{op}: valgrind run failed (exit {p.returncode}):\n{p.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def measure(op: str, directory: str, n: int) -> float:
+    """Instructions one ``op`` costs: runs of BASE and BASE + ``n`` operations."""
+    due = OPS[op][1]
+    counts = []
+    for runs in (BASE, BASE + n):
+        url = _prepare(os.path.join(directory, "store.sqlite"), runs if due else 0)
+        counts.append(_instructions(op, url, runs))
+    return (counts[1] - counts[0]) / n
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.instructions")
+    p.add_argument("--jobs", type=int, default=1000, help="operations counted (beyond the shorter run's)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of: {', '.join(OPS)} (default: all)")
+    p.add_argument("--dir", default=None)
+    p.add_argument("--child", nargs=3, metavar=("OP", "URL", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        op, url, n = args.child
+        child(op, url, int(n))
+        return 0
+    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        p.error(f"unknown operation(s) {', '.join(map(repr, unknown))}; known: {', '.join(OPS)}")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    if shutil.which("valgrind") is None:
+        print("bench.instructions needs valgrind on the PATH (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    directory = args.dir or tempfile.mkdtemp(prefix="bench-instructions-")
+    result = {}
+    for op in ops:
+        result[op] = round(measure(op, directory, args.jobs))
+        print(f"{op:<14} {result[op]:>10,} instructions  {OPS[op][2]}", file=sys.stderr)
+    print(json.dumps({"jobs": args.jobs, "instructions": result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
