@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from bench import compare
 from bench.peers import record
@@ -113,3 +116,26 @@ def test_a_run_with_jobs_run_twice_keeps_what_the_workers_logged(tmp_path):
              "params": {"jobs": 10, "workers": 4}, "log_warnings": said}
     shown = "\n".join(report._rerun_warnings([twice, {**twice, "runs": 10}], "sustained"))
     assert shown.count("Worker logs of") == 1 and said[1] in shown
+
+
+def test_instruction_counts_of_one_operation(tmp_path, capsys):
+    """bench.instructions counts what one operation costs under valgrind (skipped where
+    valgrind is missing: it says so and exits 2, as tested below)."""
+    from bench import instructions
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed")
+    assert instructions.main(["--jobs", "20", "--ops", "add", "--dir", str(tmp_path)]) == 0
+    counted = json.loads(capsys.readouterr().out)["instructions"]
+    assert set(counted) == {"add"} and counted["add"] > 10_000
+
+
+def test_instruction_counts_refuse_what_they_cannot_count(tmp_path, capsys, monkeypatch):
+    from bench import instructions
+
+    with pytest.raises(SystemExit):
+        instructions.main(["--ops", "add,remove"])
+    assert "unknown operation(s) 'remove'" in capsys.readouterr().err
+    monkeypatch.setattr(instructions.shutil, "which", lambda _name: None)
+    assert instructions.main(["--ops", "add", "--dir", str(tmp_path)]) == 2
+    assert "needs valgrind" in capsys.readouterr().err
