@@ -322,10 +322,17 @@ class TransactionRead:
         if self._unreadable and overlaps_spans(begin, end, self._unreadable):
             raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
         ryw = self._sees_own_writes(snapshot)
-        for k, v in self._scan(begin, end, reverse, ryw):
-            rows.append(KeyValue(k, v))
-            if len(rows) == limit:
-                break
+        if ryw and (self._writes or self._cleared):
+            for k, v in self._scan(begin, end, reverse, ryw):
+                rows.append(KeyValue(k, v))
+                if len(rows) == limit:
+                    break
+        else:  # the store's rows alone: SQLite applies the limit, and they come in one call
+            order = "DESC" if reverse else "ASC"
+            found = self._read_conn().execute(
+                f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {order} LIMIT ?", (begin, end, limit or -1)
+            ).fetchall()
+            rows = [KeyValue(k, v) for k, v in found]
         if not snapshot:
             full = limit == 0 or len(rows) < limit
             if full:
