@@ -9,6 +9,7 @@ from . import errors as E
 from .doorbell import Doorbell
 from .errors import FDBError, StoreFileError
 from .futures import Future
+from .keyvalues import stored_values
 
 from .limits import MAX_WATCHES
 
@@ -29,7 +30,6 @@ class Watches:
     POLL_MAX = 0.004
     BELL_SAFETY = 0.25
     BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
-    CHECK_BATCH = 500  # watched keys re-read per statement
 
     def __init__(self, db, use_doorbell: bool = True):
         self._db = db
@@ -168,10 +168,7 @@ class Watches:
 
     def _check(self, conn, keys: list[bytes]) -> None:
         current = dict.fromkeys(keys)  # absent keys: None
-        for i in range(0, len(keys), self.CHECK_BATCH):  # one statement for many keys (a
-            batch = keys[i:i + self.CHECK_BATCH]  # type's activity shards are 17 keys)
-            marks = ",".join("?" * len(batch))
-            current.update(conn.execute(f"SELECT k, v FROM kv WHERE k IN ({marks})", batch).fetchall())
+        current.update(stored_values(conn, keys))  # (few statements for many keys: a type's shards are 17)
         fired = []
         with self._cond:
             for key, value in current.items():
