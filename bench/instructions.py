@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,35 @@ def _nothing_due(db, n: int) -> None:
             raise RuntimeError("a job was due")
 
 
+def _sqlite_add(_db, n: int) -> None:
+    """The SQLite statements of a ``jobs.add`` (as the engine runs them: its read snapshot,
+    the two point reads in one statement, three puts and two counter adds, one commit),
+    bare from Python on a file of their own: what an add would cost with no Python around."""
+    from jobs.engine.atomic import sql_atomic
+
+    conn = sqlite3.connect(os.path.join(tempfile.mkdtemp(prefix="instr-sqlite-"), "kv.sqlite"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+    conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
+    put = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+    add = "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = fdb_atomic('add', v, excluded.v)"
+    read_two = "SELECT k, v FROM kv WHERE k = ? UNION ALL SELECT k, v FROM kv WHERE k = ?"
+    one = (1).to_bytes(8, "little")
+    conn.execute(put, (b"\x02jobs\x00\x02activity_timeout\x00", b"\x15\x3c"))
+    for i in range(n):
+        data, queued = b"\x02jobs\x00\x02data\x00j%09d" % i, b"\x02jobs\x00\x02pending\x00j%09d" % i
+        conn.execute("BEGIN")
+        conn.execute("SELECT v FROM kv WHERE k = x''").fetchone()
+        conn.execute(read_two, (b"\x02jobs\x00\x02activity_timeout\x00", data)).fetchall()
+        conn.executemany(put, [(data, b"\x00" * 17), (queued, b"\x00" * 8),
+                               (b"\x02jobs\x00\x02watches_activity\x00%d" % (i % 16), b"\x00" * 10)])
+        conn.executemany(add, [(b"\x02jobs\x00\x02counts\x00%d" % (i % 8), one),
+                               (b"\x02jobs\x00\x02watches_pending\x00%d" % (i % 16), one)])
+        conn.execute("COMMIT")
+    conn.close()
+
+
 def _processor(prefetch: int):
     """Jobs run to their end by a ``processors.Processor`` (one lane, no monitor, a no-op
     handler), taking ``prefetch`` jobs per accept; stopped once all are done."""
@@ -88,6 +118,7 @@ def _processor(prefetch: int):
 OPS = {
     "commit": (_commit, False, "an engine transaction setting one key"),
     "add": (_add, False, "jobs.add, one per transaction"),
+    "sqlite-add": (_sqlite_add, False, "the SQLite statements of an add, bare (no engine, no layer)"),
     "add_many": (_add_many, False, "jobs.add_many, per job (1,000 per transaction)"),
     "accept+finish": (_accept_finish, True, "jobs.accept then jobs.finish, a transaction each"),
     "accept-empty": (_nothing_due, False, "jobs.accept finding nothing due (reads, arms its watches)"),
