@@ -45,7 +45,8 @@ class Acceptor:
     """Accepts jobs of any of ``types``: an attempt per type (random order), then one wait
     on all their pending watches, in steps no longer than a slice so the caller can stop.
     ``wake`` cuts a wait short (stop).  ``stats`` (a Counter) counts the accepts
-    that took jobs (``accept_batches``), the accept attempts retried (``accept_retries``)
+    that took jobs (``accept_batches``), those that took none (``accept_empty``: nothing
+    due, or only outcomes written), the accept attempts retried (``accept_retries``)
     and, of them, the conflicts (``accept_conflicts``: another worker took a picked job
     first)."""
 
@@ -82,6 +83,7 @@ class Acceptor:
                     del self._calls[type]
                     self._cancel_waits()
                     return out
+                self.stats["accept_empty"] += 1
                 if out is None:  # a stale queue entry was dropped: look again at once
                     self._cancel_waits()
                     return []

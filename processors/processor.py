@@ -84,7 +84,8 @@ class Processor:
     seconds between two renewals of its entry in the workers registry (``jobs.workers``:
     it drops out after ``jobs.workers.stale_bound`` of that without one).  ``stats``
     counts what happened (accepted, succeeded, retried, failed, halted, released, errors;
-    accept_batches: accept transactions that took jobs; accept_retries: accept attempts
+    accept_batches: accept transactions that took jobs; accept_empty: those that took none
+    (nothing due, or only outcomes written); accept_retries: accept attempts
     retried; accept_conflicts: of them, lost to another worker that took a picked job
     first)."""
 

@@ -679,6 +679,14 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     assert 1 <= stats["accept_batches"] <= stats["accepted"] == 12
 
 
+def test_accepts_that_find_nothing_are_counted(db):
+    """Once the queue is empty the processor's accepts find nothing (``accept_empty``):
+    the one that writes the last outcomes, then the one that arms the watches."""
+    ids, ran, stats = _run_to_the_end(db, db, 5, concurrency=1)
+    assert sorted(ran) == sorted(ids)
+    assert stats["accept_empty"] >= 1 and stats["accept_batches"] >= 1
+
+
 def _run_to_the_end(db, store, n: int, concurrency: int):
     """Run ``n`` no-op jobs through a Processor on ``store`` until all are finished (read
     in ``db``); their ids, the ids of the runs in the order they started, and the
