@@ -51,10 +51,8 @@ def strinc_or_end(prefix: bytes) -> bytes:
 
 
 _POINT = "SELECT k, v FROM kv WHERE k = ?"
-_IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
-
-
 _UNION_MAX = 32  # up to this many keys, point SELECTs joined by UNION ALL (see below)
+_IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
 
 
 def stored_values(conn, keys: list[bytes]) -> dict[bytes, bytes]:
