@@ -69,15 +69,15 @@ def _sqlite_add(_db, n: int) -> None:
     the two point reads in one statement, three puts and two counter adds, one commit),
     bare from Python on a file of their own: what an add would cost with no Python around."""
     from jobs.engine.atomic import sql_atomic
+    from jobs.engine.commit import _PUT as put, _UPSERT_ADD as add
+    from jobs.engine.keyvalues import _POINT
 
     conn = sqlite3.connect(os.path.join(tempfile.mkdtemp(prefix="instr-sqlite-"), "kv.sqlite"), isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
     conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
-    put = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
-    add = "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = fdb_atomic('add', v, excluded.v)"
-    read_two = "SELECT k, v FROM kv WHERE k = ? UNION ALL SELECT k, v FROM kv WHERE k = ?"
+    read_two = f"{_POINT} UNION ALL {_POINT}"  # (as keyvalues.stored_values reads two keys)
     one = (1).to_bytes(8, "little")
     conn.execute(put, (b"\x02jobs\x00\x02activity_timeout\x00", b"\x15\x3c"))
     for i in range(n):

@@ -177,18 +177,9 @@ def _write(conn, log: list, stamp: bytes, ceiling: int | None) -> None:
     refuse to make it a write one (busy: it never invokes the busy handler for that), it
     is ended and the log applied as above."""
     upgrade = conn.in_transaction
-    if ceiling is None and len(log) < 2 and (not log or _one_statement(log[0])):
+    if not upgrade and ceiling is None and len(log) < 2 and (not log or _one_statement(log[0])):
         if log:
-            try:
-                _apply_one(conn, log[0], stamp)
-            except sqlite3.OperationalError as exc:
-                if not (upgrade and _busy(exc)):
-                    raise
-                conn.execute("ROLLBACK")
-                _apply_one(conn, log[0], stamp)
-                return
-        if upgrade:
-            conn.execute("COMMIT")
+            _apply_one(conn, log[0], stamp)
         return
     if not upgrade:
         conn.execute("BEGIN IMMEDIATE")

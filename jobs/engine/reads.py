@@ -24,6 +24,10 @@ _CLEARED = (_CLEAR, None)  # a key inside a range this transaction cleared
 _MISSING = object()  # not in the read cache
 
 
+# The stored rows of a range, forward or reversed, at most LIMIT (-1: all).
+_RANGE = {reverse: f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {'DESC' if reverse else 'ASC'} LIMIT ?"
+          for reverse in (False, True)}
+
 PIN_TRIES = 3  # snapshots started at most to find one that is exactly its read version
 _PIN = "SELECT v FROM kv WHERE k = x''"  # any read of the table starts the SQLite snapshot
 
@@ -228,20 +232,10 @@ class TransactionRead:
             return self.get_range(key.start or b"", key.stop or b"\xff")
         return self.get(key)
 
-    def _scan(self, begin: bytes, end: bytes, reverse: bool, ryw: bool = True):
-        """Rows of this transaction's view of ``[begin, end)`` in order, lazily (without
-        its own writes when ``ryw`` is false)."""
-        conn = self._read_conn()
-        order = "DESC" if reverse else "ASC"
-        cursor = conn.execute(
-            f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {order}", (begin, end)
-        )
-        if not ryw:
-            try:
-                yield from cursor
-            finally:
-                cursor.close()
-            return
+    def _scan(self, begin: bytes, end: bytes, reverse: bool):
+        """Rows of this transaction's view of ``[begin, end)`` in order, with its own
+        writes, lazily."""
+        cursor = self._read_conn().execute(_RANGE[reverse], (begin, end, -1))
         own = sorted((k for k in self._writes if begin <= k < end), reverse=reverse)
         writes, cleared = self._writes, self._cleared
         i = 0
@@ -323,15 +317,12 @@ class TransactionRead:
             raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
         ryw = self._sees_own_writes(snapshot)
         if ryw and (self._writes or self._cleared):
-            for k, v in self._scan(begin, end, reverse, ryw):
+            for k, v in self._scan(begin, end, reverse):
                 rows.append(KeyValue(k, v))
                 if len(rows) == limit:
                     break
         else:  # the store's rows alone: SQLite applies the limit, and they come in one call
-            order = "DESC" if reverse else "ASC"
-            found = self._read_conn().execute(
-                f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {order} LIMIT ?", (begin, end, limit or -1)
-            ).fetchall()
+            found = self._read_conn().execute(_RANGE[reverse], (begin, end, limit or -1)).fetchall()
             rows = [KeyValue(k, v) for k, v in found]
         if not snapshot:
             full = limit == 0 or len(rows) < limit
