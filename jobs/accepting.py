@@ -49,6 +49,15 @@ class Wait:
     due: float | None
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """An attempt that wrote found nothing: the wake keys as it saw them
+    (``pending.wakes_seen``), and its Wait's ``due``."""
+
+    wakes: tuple
+    due: float | None
+
+
 def _watch_error_is_transient(exc: BaseException) -> bool:
     code = error_code(exc)
     return code is not None and (is_retryable(exc) or code in (OPERATION_CANCELLED, TRANSACTION_CANCELLED))
@@ -90,15 +99,20 @@ class AcceptCall:
 
     def attempt(self, also=None) -> list[Job] | Wait | None:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait (none
-        due, or the type paused); or None: attempt again at once (a stale queue entry was
-        dropped, or nothing was taken in an attempt that wrote ``also``, where no watch is
-        set).  ``also(tr)``, if given, writes the caller's own changes in the same
-        transaction (committed in every case; e.g. a worker's finished jobs).  A new lock
+        due, or the type paused; after an attempt that wrote ``also``, its watch is set once
+        it committed); or None: attempt again at once (a stale queue entry was dropped, or
+        a job was enqueued after an attempt that wrote ``also`` found none).  ``also(tr)``,
+        if given, writes the caller's own changes in the same transaction (committed in
+        every case; e.g. a worker's finished jobs).  A new lock
         when no attempt may have locked a job with the old one (none picked yet): the lock
         says when its jobs started (``codec.new_lock``), not when the call began."""
         if not self._picked:
             self.lock = new_lock()
-        return run_noting(self.db, self._failed, self._body, also)
+        out = run_noting(self.db, self._failed, self._body, also)
+        if isinstance(out, _Seen):  # found nothing in a transaction that wrote: watch now
+            watch = pending.watch_since(self.db, self.type, out.wakes)
+            return None if watch is None else Wait(watch, out.due)
+        return out
 
     def _failed(self, exc) -> None:
         """An attempt failed: count it; after a conflict (1020: surely not committed) its
@@ -180,11 +194,9 @@ class AcceptCall:
     def _nothing(self, tr, also, max_stime: float | None, limit_due: float | None = None, keyed: bool = False):
         """Nothing to take (``max_stime`` None: the type is paused or at its limit, so no
         future job matters until that changes; ``limit_due``: when a rate slot frees;
-        ``keyed``: some keys sleep): a Wait, or None when this transaction wrote ``also``."""
-        if also is not None:
-            # This transaction wrote the caller's changes: a watch here (a read) would
-            # make it conflict with every enqueue meanwhile.  Attempt again, read-only.
-            return None
+        ``keyed``: some keys sleep): a Wait, or, when this transaction wrote ``also``, what
+        it saw of the wake keys (a watch here, a read, would make it conflict with every
+        enqueue meanwhile: :meth:`attempt` sets it after the commit)."""
         takes_future_jobs = max_stime is not None and self.max_sched_time is None and not self.no_schedule
         dues = [limit_due]
         if takes_future_jobs:
@@ -192,6 +204,8 @@ class AcceptCall:
         if keyed:
             dues.append(fairness.next_due(tr, self.type))
         due = min((d for d in dues if d is not None), default=None)
+        if also is not None:
+            return _Seen(pending.wakes_seen(tr, self.type), due)
         return Wait(pending.watch(tr, self.type), due)
 
     def _job(self, job_id: str, row: Row, store_id) -> Job:

@@ -354,5 +354,20 @@ def watch(tr, type: str):
     after commit; cancel it to stop waiting): a share of the watches of the type's wake
     keys that this process's waiting accepts hold together (``wakeups.py``).  A watch is a
     read: set it in a transaction that writes nothing, or that transaction conflicts with
-    every concurrent enqueue."""
+    every concurrent enqueue (:func:`wakes_seen`, then :func:`watch_since`)."""
     return wakeups.watch_any(tr, keys.watches_pending_keys(type))
+
+
+def wakes_seen(tr, type: str) -> tuple[int, list]:
+    """``(read version, values)`` of the type's wake keys in ``tr``, read without a
+    conflict: what :func:`watch_since` needs to watch from this transaction's view after
+    it committed (for a transaction that writes)."""
+    return tr.get_read_version().wait(), wakeups.seen(tr, keys.watches_pending_keys(type))
+
+
+def watch_since(db, type: str, seen: tuple[int, list]):
+    """The watch :func:`watch` would have set in the transaction that read ``seen``
+    (:func:`wakes_seen`), set after it committed; None if a job was enqueued (or the type
+    resumed) since: look again."""
+    version, values = seen
+    return wakeups.watch_any_since(db, keys.watches_pending_keys(type), version, values)

@@ -61,8 +61,10 @@ class Acceptor:
     def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
         """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
         writes in the first accept transaction (committed whatever it finds; what it raises,
-        e.g. ``finishes.Alone``, ends the step)."""
-        if also is not None:
+        e.g. ``finishes.Alone``, ends the step; a step that wrote it returns without
+        waiting, so that the caller learns it committed)."""
+        wrote = also is not None
+        if wrote:
             self._cancel_waits()  # attempt now, so that ``also`` is written now
         if not self._waits:
             self.wake.clear()
@@ -89,6 +91,8 @@ class Acceptor:
                     return []
                 self._waits.append(out)
                 out.watch.on_ready(lambda _f: self.wake.set())
+            if wrote:
+                return []  # (the next step waits on these watches)
         due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
         limit_s = min(slice_seconds, max(0.0, due - time.time()))
         if self.wake.wait(limit_s) or time.time() >= due:

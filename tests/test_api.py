@@ -642,7 +642,9 @@ def test_finish_repeated_after_another_worker_took_the_job_halts_unfenced_writes
 def test_accept_sets_no_watch_in_a_transaction_that_writes(db, app):
     """An accept attempt that writes the caller's changes (a worker's finishes) and finds
     nothing must not set its watch there: a watch is a read conflict on the type's
-    enqueue counter, so every enqueue meanwhile would make it fail and run again."""
+    enqueue counter, so every enqueue meanwhile would make it fail and run again.  The
+    watch is set after the commit, from what the attempt saw: here an enqueue came after
+    its read version, so the call says to look again."""
     from jobs.accepting import AcceptCall
 
     jobs.set_type_timeout(db, T, 60)
@@ -652,10 +654,11 @@ def test_accept_sets_no_watch_in_a_transaction_that_writes(db, app):
         calls.append(1)
         tr.set(app.pack(("finished", len(calls))), b"1")
         if len(calls) == 1:
+            tr.get_read_version().wait()  # (the attempt reads from here)
             jobs.add(db, T, "later", scheduled_time=time.time() + 3600)  # an enqueue meanwhile
 
     call = AcceptCall(db, T)
-    assert call.attempt(also) is None  # nothing due; no watch set: attempt again
+    assert call.attempt(also) is None  # nothing due; the enqueue seen after: attempt again
     assert calls == [1]  # committed at once: no conflict, no retry
     out = call.attempt()  # read-only: this one waits on the watch
     assert out.watch is not None and out.due is not None

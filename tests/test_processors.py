@@ -681,7 +681,7 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
 
 def test_accepts_that_find_nothing_are_counted(db):
     """Once the queue is empty the processor's accepts find nothing (``accept_empty``):
-    the one that writes the last outcomes, then the one that arms the watches."""
+    the one that writes the last outcomes (and arms the watches after its commit)."""
     ids, ran, stats = _run_to_the_end(db, db, 5, concurrency=1)
     assert sorted(ran) == sorted(ids)
     assert stats["accept_empty"] >= 1 and stats["accept_batches"] >= 1
