@@ -1,15 +1,16 @@
 """One ``accept`` call, as a core without loops, shared by the blocking front
 (``worker.accept``) and the async one (``aio.accept``)::
 
-    call = AcceptCall(db, type, ...)      # validates; draws this call's lock
+    call = AcceptCall(db, type, ...)      # validates
     out = call.attempt()                  # one retried transaction: [Job, ...] | Wait | None
     call.wait(out)                        # blocks until the watch fires, a job falls due,
                                           # or the deadline
 
-Idempotency under ``commit_unknown_result`` (1021): the lock is drawn once per call, and
-every attempt after the first starts by checking whether a job it picked earlier carries
-that lock; if so an earlier commit did happen, and those jobs are returned instead of locking
-others (which would stay running, unseen, until their type timeout).  A call that takes a
+Idempotency under ``commit_unknown_result`` (1021): the lock is drawn by an attempt and
+kept while an earlier attempt may have locked jobs with it, and every attempt after the
+first starts by checking whether a job it picked earlier carries that lock; if so an
+earlier commit did happen, and those jobs are returned instead of locking others (which
+would stay running, unseen, until their type timeout).  A call that takes a
 batch (``limit``) locks all its jobs with its one lock: the fence stays per job, since a
 job accepted again gets another call's lock.
 """
@@ -87,7 +88,7 @@ class AcceptCall:
             raise ValueError("no_schedule=True only takes jobs scheduled at 0: drop max_sched_time")
         timeout = checks.optional_seconds(timeout, "timeout")
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.lock = new_lock()
+        self.lock: bytes | None = None  # drawn by attempt()
         # ids this call locked in attempts that may have committed, each once (an id locked by
         # an attempt that did not commit may be locked again by the next one)
         self._picked: dict[str, None] = {}

@@ -24,7 +24,7 @@ import weakref
 from .engine.errors import OPERATION_CANCELLED, FDBError
 from .engine.futures import Future, value_of
 from .engine.transactional import run
-from .engine.transactional import watch as watch_key
+from .engine.transactional import watches
 from .layouts import remembered
 
 
@@ -148,7 +148,7 @@ def watch_any(tr, keys) -> Ticket:
     keys, hub = tuple(keys), _hub_of(tr)
     if hub is not None and (g := hub.usable(keys, version)) is not None:
         return g.join()
-    g = _Generation(hub, keys, version, [watch_key(tr, key) for key in keys])
+    g = _Generation(hub, keys, version, watches(tr, keys))
     if hub is not None:
         hub.add(g)
     return g.join()

@@ -30,12 +30,17 @@ def watch(tr, key: bytes):
     resets (one was seen alive 10 s later), and a watch nobody waits on holds a slot of
     the client's watch limit: code that sets watches in a retried transaction sets them
     through this."""
-    future = tr.watch(key)
+    return watches(tr, (key,))[0]
+
+
+def watches(tr, keys) -> list:
+    """:func:`watch` of each of ``keys`` (registered for :func:`run` at once)."""
+    futures = [tr.watch(key) for key in keys]
     try:
-        _attempt_watches.setdefault(tr, []).append(future)
+        _attempt_watches.setdefault(tr, []).extend(futures)
     except TypeError:  # a transaction that cannot be weak-referenced: the caller's care
         pass
-    return future
+    return futures
 
 
 def _drop_attempt_watches(tr, cancel: bool) -> None:

@@ -62,7 +62,10 @@ class Watches:
         """Arm ``watches``, ``(key, baseline, future)`` items (a committed transaction's:
         one wake of the thread for them all)."""
         with self._cond:
-            room = MAX_WATCHES - self.count()
+            room = MAX_WATCHES - sum(map(len, self._armed.values()))
+            if room < len(watches):  # (fired and cancelled ones still in: count only live ones)
+                self._prune()
+                room = MAX_WATCHES - sum(map(len, self._armed.values()))
             for key, baseline, future in watches:
                 if room <= 0:
                     future.set_error(FDBError(E.TOO_MANY_WATCHES))
