@@ -282,14 +282,15 @@ class Transaction(TransactionRead):
         return _COMMITTED
 
     def _read_baselines(self) -> None:
-        """The stored values of the watched keys whose baseline is not read yet, in one
+        """The stored values of the watched keys whose baseline is not read yet: those
+        this transaction read (its read cache, the same snapshot), the others in one
         statement (a waiting accept watches all its type's wake shards)."""
-        keys = [w[0] for w in self._watches if w[1] is _STORED]
-        if keys:
-            found = stored_values(self._conn, keys)
-            for w in self._watches:
-                if w[1] is _STORED:
-                    w[1] = found.get(w[0])
+        cache = self._cache
+        keys = [w[0] for w in self._watches if w[1] is _STORED and w[0] not in cache]
+        found = stored_values(self._conn, keys) if keys else {}
+        for w in self._watches:
+            if w[1] is _STORED:
+                w[1] = cache[w[0]] if w[0] in cache else found.get(w[0])
 
     def _commit_writes(self) -> None:
         if self._rv is not None and time.monotonic() - self._rv_time > limits.TRANSACTION_LIFETIME:

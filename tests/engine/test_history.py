@@ -320,6 +320,31 @@ def test_watches_of_one_transaction_cost_one_read_and_one_wake(path, monkeypatch
         assert wait_future(futures[0], 30)
 
 
+def test_watches_on_keys_the_transaction_read_take_their_baselines_from_those_reads(path):
+    """(A watch set after the keys were read, as ``wakeups.watch_any_since`` does.)  No
+    second query at commit, and the watch still fires on a change, not on its own read."""
+    keys = [b"shard/%02d" % i for i in range(17)]
+    with EmbeddedDatabase(path) as db:
+        put(db, keys[3], b"0")
+        statements: list[str] = []
+        conn = db._get_conn()
+        conn.set_trace_callback(statements.append)
+        db._put_conn(conn, rollback=False)
+        tr = db.create_transaction()
+        values = [tr.snapshot.get(key) for key in keys]
+        assert [bytes(v) if v.present() else None for v in values] == [None] * 3 + [b"0"] + [None] * 13
+        futures = [tr.watch(key) for key in keys]
+        tr.commit().wait()
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "ROLLBACK"]
+        assert not any(f.is_ready() for f in futures)
+        put(db, keys[3], b"0")  # (the same value: no change)
+        put(db, keys[16], b"1")
+        assert wait_future(futures[16], 30)
+        assert not futures[3].is_ready()
+        for f in futures:
+            f.cancel()
+
+
 def test_a_commit_between_the_read_version_and_the_snapshot_is_not_a_conflict(path):
     """A commit that lands after a transaction read its version but before its snapshot
     started would be in the snapshot with a later version than the transaction's, so the
