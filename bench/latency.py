@@ -13,6 +13,13 @@ took 2.26 ms on a one-process FoundationDB 7.3 (issue 17).  This measures what t
 
 The clock starts when every worker is serving (the type paused until then) and stops when
 the store counts every job finished; the jobs were added before, untimed.
+
+``--steady RATE`` measures the other side: jobs added one at a time, RATE a second for
+``--secs``, to ``Processor`` workers that wait for each (what a worker does between jobs:
+write the outcome, find nothing, watch); it reports the time from each add's commit to
+its job's start (p50 / p99 / max, ms) and the accept transactions a job takes:
+
+    python -m bench.latency --steady 100 --workers 1 --latency 0 2:0.5
 """
 
 from __future__ import annotations
@@ -63,6 +70,78 @@ def processor_worker(url: str, latency: tuple[float, float], prefetch: int, read
 
     threading.Thread(target=signal_then_stop, daemon=True).start()
     processor.run(concurrency=1, signals=False)
+
+
+def steady_worker(url: str, latency: tuple[float, float], prefetch: int, ready, stop, out) -> None:
+    """A ``Processor`` (concurrency 1) that records, for each job, the seconds from its
+    add (the time in its data, taken in the add's transaction) to its start; sends them
+    and its stats on ``out``."""
+    from processors import Processor
+
+    processor = Processor(_wrapped(url, latency), grace=1, prefetch=prefetch)
+    waits = []
+
+    @processor.handler(TYPE, timeout=30)
+    def noop(ctx):
+        waits.append(time.time() - ctx.data["added"])
+
+    def signal_then_stop():
+        processor.ready.wait()
+        ready.put(os.getpid())
+        stop.wait()
+        processor.stop()
+
+    threading.Thread(target=signal_then_stop, daemon=True).start()
+    processor.run(concurrency=1, signals=False)
+    out.put((waits, dict(processor.stats)))
+
+
+def measure_steady(url: str, rate: float, secs: float, workers: int, latency: tuple[float, float],
+                   prefetch: int) -> dict:
+    """Jobs added one per transaction, ``rate`` a second for ``secs`` (the producer runs
+    without latency: it stands for the application), to ``workers`` steady workers: the
+    add-to-start times (ms) and the accept transactions per job (retries not counted)."""
+    db = jobs.open(url)
+    jobs.set_type_timeout(db, TYPE, 30)
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=steady_worker, args=(url, latency, prefetch, ready, stop, out))
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    n = max(1, round(rate * secs))
+    try:
+        for _ in procs:
+            ready.get(timeout=120)
+        time.sleep(0.5)  # (the workers wait on their watches)
+        start = time.monotonic()
+        for i in range(n):
+            pause = start + i / rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            run_transaction(db, lambda tr, i=i: jobs.add(tr, TYPE, f"job-{i:09d}", {"added": time.time()}))
+        deadline = time.monotonic() + 60
+        while _finished(db) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        results = []
+        for _ in procs:
+            try:
+                results.append(out.get(timeout=60))
+            except Exception:  # noqa: BLE001 - a worker that died: reported below
+                break
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    waits = sorted(w * 1000 for found, _stats in results for w in found)
+    if len(waits) != n:
+        raise RuntimeError(f"{len(waits)} of {n} jobs started within 60 s of the last add")
+    accepts = sum(stats.get("accept_batches", 0) + stats.get("accept_empty", 0) + stats.get("accept_rearms", 0)
+                  for _w, stats in results)
+    return {"p50": waits[len(waits) // 2], "p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
+            "max": waits[-1], "accepts_per_job": accepts / n}
 
 
 def bare_worker(url: str, latency: tuple[float, float], batch: int, ready, stop) -> None:
@@ -125,6 +204,35 @@ def run(args, directory: str) -> list[tuple[str, list[float]]]:
     return rows
 
 
+def run_steady(args, directory: str) -> list[tuple[str, list[dict]]]:
+    rows = []
+    for commit_ms, read_ms in args.latency:
+        label = f"{commit_ms:g} ms per commit, {read_ms:g} ms per read"
+        values = []
+        for r in range(args.repeat):
+            url = bench_engine.fresh_store(directory, "latency.sqlite", args.store)
+            values.append(measure_steady(url, args.steady, args.secs, args.workers,
+                                         (commit_ms / 1000, read_ms / 1000), args.prefetch))
+            print(f"  {label}: run {r + 1}/{args.repeat}: " + ", ".join(f"{k} {v:.2f}" for k, v in values[-1].items()),
+                  file=sys.stderr)
+        rows.append((label, values))
+    return rows
+
+
+def report_steady(rows, args) -> str:
+    out = [f"{args.steady:g} jobs/s added one at a time for {args.secs:g} s to {args.workers} `Processor` "
+           f"worker(s) (prefetch {args.prefetch}), median of {args.repeat} (min - max); store: "
+           f"{args.store or 'a fresh SQLite file'}", "",
+           "| latency | add to start p50, ms | p99, ms | max, ms | accept transactions a job |", "|---|---:|---:|---:|---:|"]
+    for label, values in rows:
+        cells = []
+        for key in ("p50", "p99", "max", "accepts_per_job"):
+            found = [v[key] for v in values]
+            cells.append(f"{statistics.median(found):.2f} ({min(found):.2f} - {max(found):.2f})")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def report(rows, args) -> str:
     out = [f"{args.jobs:,} no-op jobs, median of {args.repeat} (min - max); store: {args.store or 'a fresh SQLite file'}",
            "", "| measurement | jobs/s | min - max |", "|---|---:|---:|"]
@@ -153,16 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch", type=int, default=32, help="the Processor's prefetch")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--store", metavar="URL", help="default: $JOBS_STORE, else fresh embedded store files")
+    p.add_argument("--steady", type=float, metavar="RATE",
+                   help="add jobs one at a time, RATE a second, to waiting workers; report add-to-start times")
+    p.add_argument("--secs", type=float, default=10.0, help="with --steady: how long jobs are added")
     args = p.parse_args(argv)
     if min(args.jobs, args.workers, args.repeat, args.prefetch) < 1:
         p.error("--jobs, --workers, --repeat and --prefetch must be at least 1")
+    if args.steady is not None and not (args.steady > 0 and args.secs > 0):
+        p.error("--steady and --secs must be more than 0")
     args.store = scratch.store_url(args.store)
     if args.store is not None and (code := scratch.rerun("bench.latency", argv, args.store,
                                                           label="bench-latency")) is not None:
         return code
     with tempfile.TemporaryDirectory(prefix="jobs-latency-") as directory:
-        rows = run(args, directory)
-    print(report(rows, args))
+        if args.steady is not None:
+            print(report_steady(run_steady(args, directory), args))
+        else:
+            print(report(run(args, directory), args))
     return 0
 
 

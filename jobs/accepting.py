@@ -95,14 +95,15 @@ class AcceptCall:
         self._new_picks: list[str] = []  # of them, the ones the current attempt added
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
+        self.rearms = 0  # transactions run by _rearm, over the call's life
 
     # --- one attempt ---------------------------------------------------------------------
 
     def attempt(self, also=None) -> list[Job] | Wait | None:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait (none
         due, or the type paused; after an attempt that wrote ``also``, its watch is set once
-        it committed); or None: attempt again at once (a stale queue entry was dropped, or
-        a job was enqueued after an attempt that wrote ``also`` found none).  ``also(tr)``,
+        it committed, by a transaction that looks again if a job came meanwhile); or None:
+        attempt again at once (a stale queue entry was dropped).  ``also(tr)``,
         if given, writes the caller's own changes in the same transaction (committed in
         every case; e.g. a worker's finished jobs).  A new lock
         when no attempt may have locked a job with the old one (none picked yet): the lock
@@ -111,9 +112,21 @@ class AcceptCall:
             self.lock = new_lock()
         out = run_noting(self.db, self._failed, self._body, also)
         if isinstance(out, _Seen):  # found nothing in a transaction that wrote: watch now
-            watch = pending.watch_since(self.db, self.type, out.wakes)
-            return None if watch is None else Wait(watch, out.due)
+            joined = pending.watch_joined(self.db, self.type, out.wakes)
+            if joined is not None:
+                return Wait(joined, out.due)
+            self.rearms += 1
+            return run_noting(self.db, self._failed, self._rearm, out)
         return out
+
+    def _rearm(self, tr, seen: "_Seen"):
+        """After an attempt that wrote and found nothing: its watch, set here if no job
+        came since it read (this transaction reads only the wake keys), else an attempt
+        of its own, in this transaction (a job came: take it)."""
+        self._new_picks = []
+        if pending.wakes_unchanged(tr, self.type, seen.wakes):
+            return Wait(pending.watch(tr, self.type), seen.due)
+        return self._body(tr)
 
     def _failed(self, exc) -> None:
         """An attempt failed: count it; after a conflict (1020: surely not committed) its

@@ -354,20 +354,27 @@ def watch(tr, type: str):
     after commit; cancel it to stop waiting): a share of the watches of the type's wake
     keys that this process's waiting accepts hold together (``wakeups.py``).  A watch is a
     read: set it in a transaction that writes nothing, or that transaction conflicts with
-    every concurrent enqueue (:func:`wakes_seen`, then :func:`watch_since`)."""
+    every concurrent enqueue (:func:`wakes_seen` there, then :func:`watch_joined` or
+    :func:`wakes_unchanged` after it committed)."""
     return wakeups.watch_any(tr, keys.watches_pending_keys(type))
 
 
 def wakes_seen(tr, type: str) -> tuple[int, list]:
     """``(read version, values)`` of the type's wake keys in ``tr``, read without a
-    conflict: what :func:`watch_since` needs to watch from this transaction's view after
-    it committed (for a transaction that writes)."""
+    conflict: what :func:`watch_joined` and :func:`wakes_unchanged` need to watch from this
+    transaction's view after it committed (for a transaction that writes)."""
     return tr.get_read_version().wait(), wakeups.seen(tr, keys.watches_pending_keys(type))
 
 
-def watch_since(db, type: str, seen: tuple[int, list]):
+def watch_joined(db, type: str, seen: tuple[int, list]):
     """The watch :func:`watch` would have set in the transaction that read ``seen``
-    (:func:`wakes_seen`), set after it committed; None if a job was enqueued (or the type
-    resumed) since: look again."""
-    version, values = seen
-    return wakeups.watch_any_since(db, keys.watches_pending_keys(type), version, values)
+    (:func:`wakes_seen`), when one armed in this process covers it; else None: watch in a
+    new transaction if :func:`wakes_unchanged`."""
+    version, _values = seen
+    return wakeups.joined_since(db, keys.watches_pending_keys(type), version)
+
+
+def wakes_unchanged(tr, type: str, seen: tuple[int, list]) -> bool:
+    """No job was enqueued (nor the type resumed) since ``seen`` was read: a watch set in
+    ``tr`` then fires on every enqueue after it (the wake keys only grow)."""
+    return wakeups.seen(tr, keys.watches_pending_keys(type)) == seen[1]

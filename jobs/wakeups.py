@@ -23,7 +23,6 @@ import weakref
 
 from .engine.errors import OPERATION_CANCELLED, FDBError
 from .engine.futures import Future, value_of
-from .engine.transactional import run
 from .engine.transactional import watches
 from .layouts import remembered
 
@@ -156,33 +155,24 @@ def watch_any(tr, keys) -> Ticket:
 
 def seen(tr, keys) -> list[bytes | None]:
     """The values of ``keys`` in ``tr``'s snapshot, read without a conflict, for
-    :func:`watch_any_since` (in a transaction that writes, where a watch may not go)."""
+    :func:`joined_since` (in a transaction that writes, where a watch may not go)."""
     futures = [tr.snapshot.get(key) for key in keys]  # (issued together: one round trip)
     return [value_of(f) for f in futures]
 
 
-def watch_any_since(db, keys, version: int, values: list) -> Ticket | None:
-    """:func:`watch_any` for a transaction at read ``version`` that saw ``keys`` hold
-    ``values`` (:func:`seen`) and did not watch them because it writes (a watch is a read:
-    it would conflict with every change meanwhile).  A share of a generation usable at
-    ``version``; else a generation armed in a read-only transaction of ``db`` if the keys
-    still hold ``values``, so it fires on every change after ``version`` (the wake keys
-    only grow: an unchanged value means no change in between); None if one changed:
-    look again at once.  Cheaper than an accept of its own."""
-    keys = tuple(keys)
+def joined_since(db, keys, version: int) -> Ticket | None:
+    """A share of a generation of ``db`` watching ``keys`` that is usable at ``version``
+    (armed at or before it), for a transaction at that read version that could not watch
+    (it writes: a watch is a read, it would conflict with every change meanwhile); None
+    if there is none: the caller watches in a new transaction, after checking the keys
+    still hold what that one saw (:func:`seen`)."""
     try:
         hub = _hubs.get(db)
     except TypeError:  # (a database that cannot be weak-referenced has no hub)
-        hub = None
-    if hub is not None and (g := hub.usable(keys, version)) is not None:
+        return None
+    if hub is not None and (g := hub.usable(tuple(keys), version)) is not None:
         return g.join()
-
-    def arm(tr):
-        if seen(tr, keys) != values:
-            return None
-        return watch_any(tr, keys)
-
-    return run(db, arm)
+    return None
 
 
 def sleep_until_any(watches, wake: threading.Event, timeout: float) -> None:

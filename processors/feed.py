@@ -48,7 +48,8 @@ class Acceptor:
     that took jobs (``accept_batches``), those that took none (``accept_empty``: nothing
     due, or only outcomes written), the accept attempts retried (``accept_retries``)
     and, of them, the conflicts (``accept_conflicts``: another worker took a picked job
-    first)."""
+    first), and the second transactions of accepts that wrote outcomes and found nothing
+    (``accept_rearms``: each set the watch, or took a job that came meanwhile)."""
 
     def __init__(self, db, types: list[str], stats):
         self.db = db
@@ -73,12 +74,13 @@ class Acceptor:
                 if call is None:  # a call (and its lock) lives until it returns jobs (1021)
                     call = self._calls[type] = AcceptCall(self.db, type)
                 call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
-                retries, conflicts = call.retries, call.conflicts
+                retries, conflicts, rearms = call.retries, call.conflicts, call.rearms
                 try:
                     out = call.attempt(also)
                 finally:
                     self.stats["accept_retries"] += call.retries - retries
                     self.stats["accept_conflicts"] += call.conflicts - conflicts
+                    self.stats["accept_rearms"] += call.rearms - rearms
                 also = None
                 if isinstance(out, list):
                     self.stats["accept_batches"] += 1

@@ -85,7 +85,9 @@ class Processor:
     it drops out after ``jobs.workers.stale_bound`` of that without one).  ``stats``
     counts what happened (accepted, succeeded, retried, failed, halted, released, errors;
     accept_batches: accept transactions that took jobs; accept_empty: those that took none
-    (nothing due, or only outcomes written); accept_retries: accept attempts
+    (nothing due, or only outcomes written); accept_rearms: the transactions that then set
+    the watch of one that only wrote outcomes (or took a job that came meanwhile: a
+    watch may not go in a transaction that writes); accept_retries: accept attempts
     retried; accept_conflicts: of them, lost to another worker that took a picked job
     first)."""
 

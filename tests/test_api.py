@@ -644,7 +644,8 @@ def test_accept_sets_no_watch_in_a_transaction_that_writes(db, app):
     nothing must not set its watch there: a watch is a read conflict on the type's
     enqueue counter, so every enqueue meanwhile would make it fail and run again.  The
     watch is set after the commit, from what the attempt saw: here an enqueue came after
-    its read version, so the call says to look again."""
+    its read version, so the second transaction looks again, finds the job not due yet,
+    and waits for it."""
     from jobs.accepting import AcceptCall
 
     jobs.set_type_timeout(db, T, 60)
@@ -658,10 +659,9 @@ def test_accept_sets_no_watch_in_a_transaction_that_writes(db, app):
             jobs.add(db, T, "later", scheduled_time=time.time() + 3600)  # an enqueue meanwhile
 
     call = AcceptCall(db, T)
-    assert call.attempt(also) is None  # nothing due; the enqueue seen after: attempt again
+    out = call.attempt(also)  # nothing due; the enqueue seen after: looked again
     assert calls == [1]  # committed at once: no conflict, no retry
-    out = call.attempt()  # read-only: this one waits on the watch
-    assert out.watch is not None and out.due is not None
+    assert out.watch is not None and out.due is not None  # (the job added meanwhile)
     out.watch.cancel()
 
 

@@ -139,3 +139,22 @@ def test_instruction_counts_refuse_what_they_cannot_count(tmp_path, capsys, monk
     monkeypatch.setattr(instructions.shutil, "which", lambda _name: None)
     assert instructions.main(["--ops", "add", "--dir", str(tmp_path)]) == 2
     assert "needs valgrind" in capsys.readouterr().err
+
+
+def test_latency_bench_runs_both_ways(capsys, monkeypatch):
+    """bench.latency: the burn-down (jobs/s) and the steady mode (add-to-start times of
+    jobs added one at a time to waiting workers), on fresh embedded stores."""
+    from bench import latency
+
+    monkeypatch.delenv("JOBS_STORE", raising=False)
+    assert latency.main(["--jobs", "40", "--workers", "1", "--latency", "0", "1:0.5", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| `Processor`") == 0 and out.count("| Processor, 1 workers") == 2
+    assert latency.main(["--steady", "20", "--secs", "0.5", "--workers", "1", "--latency", "0", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.startswith("| 0 ms per commit")]
+    assert len(row) == 1
+    cells = [float(cell.split()[0]) for cell in row[0].strip("|").split("|")[1:]]
+    assert 0 < cells[0] <= cells[1] <= cells[2] and cells[3] >= 1  # p50 <= p99 <= max; accepts a job
+    with pytest.raises(SystemExit):
+        latency.main(["--steady", "0"])

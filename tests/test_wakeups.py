@@ -75,28 +75,24 @@ def test_the_last_waiter_leaving_cancels_the_watches(db):
     assert wakeups.waiting(db, WAKE) == (0, 0)
 
 
-def test_a_transaction_that_writes_watches_after_its_commit_from_what_it_saw(db):
+def test_a_transaction_that_writes_notes_the_wake_keys_for_a_watch_after_its_commit(db):
     """A transaction that writes may not watch (a watch is a read: it would conflict with
-    every enqueue meanwhile): it notes the wake keys and the watch is set after it
-    committed, firing on any enqueue after its read version; None when one came between."""
+    every enqueue meanwhile): it notes the wake keys, and a watch set after it committed
+    covers it as long as they did not change (an enqueue in between: look again)."""
     jobs.set_type_timeout(db, T, 60)
     seen = run(db, pending.wakes_seen, T)
-    jobs.add(db, T, "between")  # after what the transaction saw, before its watch
-    assert pending.watch_since(db, T, seen) is None  # look again at once
+    jobs.add(db, T, "between")  # after what the transaction saw
+    assert not run(db, pending.wakes_unchanged, T, seen)
     seen = run(db, pending.wakes_seen, T)
-    ticket = pending.watch_since(db, T, seen)
-    assert not ticket.is_ready() and wakeups.waiting(db, WAKE) == (1, 1)
-    jobs.add(db, T, "after")
-    assert wait_until(ticket.is_ready)
-    ticket.wait()
-    assert wakeups.waiting(db, WAKE) == (0, 0)
+    assert run(db, pending.wakes_unchanged, T, seen)
+    assert pending.watch_joined(db, T, seen) is None  # no watch armed in this process
 
 
-def test_a_watch_set_after_the_commit_joins_the_watches_already_armed(db):
+def test_a_watch_after_the_commit_joins_the_watches_already_armed(db):
     jobs.set_type_timeout(db, T, 60)
     armed = run(db, pending.watch, T)
     seen = run(db, pending.wakes_seen, T)  # read after the set was armed: it covers this
-    joined = pending.watch_since(db, T, seen)
+    joined = pending.watch_joined(db, T, seen)
     assert wakeups.waiting(db, WAKE) == (1, 2)
     jobs.add(db, T, "j")
     assert wait_until(lambda: armed.is_ready() and joined.is_ready())
@@ -104,31 +100,34 @@ def test_a_watch_set_after_the_commit_joins_the_watches_already_armed(db):
 
 def test_an_accept_that_writes_and_finds_nothing_waits_on_a_watch(db):
     """``attempt(also)`` on an empty queue commits ``also`` and returns a Wait whose watch
-    fires on the next enqueue (no second, read-only accept to set it)."""
+    fires on the next enqueue: set by a second transaction that reads only the wake
+    keys (``rearms``), not by another whole accept."""
     from jobs.accepting import AcceptCall, Wait
 
     jobs.set_type_timeout(db, T, 60)
     call = AcceptCall(db, T)
     out = call.attempt(lambda tr: tr.set(b"test/also", b"1"))
-    assert isinstance(out, Wait) and db.get(b"test/also") == b"1"
+    assert isinstance(out, Wait) and db.get(b"test/also") == b"1" and call.rearms == 1
     assert not out.watch.is_ready()
     jobs.add(db, T, "j")
     assert wait_until(out.watch.is_ready)
     assert [job.id for job in call.attempt()] == ["j"]
 
 
-def test_an_accept_that_writes_looks_again_when_a_job_came_before_its_watch(db, monkeypatch):
+def test_an_accept_that_writes_takes_a_job_enqueued_before_its_watch(db, monkeypatch):
+    """A job enqueued after the writing attempt read and before the watch is set: the
+    second transaction takes it instead of setting the watch."""
     from jobs.accepting import AcceptCall
 
     jobs.set_type_timeout(db, T, 60)
-    watch_since = pending.watch_since
+    watch_joined = pending.watch_joined
 
     def enqueue_first(db_, type, seen):
         jobs.add(db, T, "raced")  # committed after the accept read, before its watch
-        return watch_since(db_, type, seen)
+        return watch_joined(db_, type, seen)
 
-    monkeypatch.setattr(pending, "watch_since", enqueue_first)
+    monkeypatch.setattr(pending, "watch_joined", enqueue_first)
     call = AcceptCall(db, T)
-    assert call.attempt(lambda tr: tr.set(b"test/also", b"1")) is None  # attempt again at once
-    monkeypatch.setattr(pending, "watch_since", watch_since)
-    assert [job.id for job in call.attempt()] == ["raced"]
+    taken = call.attempt(lambda tr: tr.set(b"test/also", b"1"))
+    assert [job.id for job in taken] == ["raced"] and call.rearms == 1
+    assert jobs.get_job_state(db, T, "raced") == "running" and db.get(b"test/also") == b"1"

@@ -321,7 +321,7 @@ def test_watches_of_one_transaction_cost_one_read_and_one_wake(path, monkeypatch
 
 
 def test_watches_on_keys_the_transaction_read_take_their_baselines_from_those_reads(path):
-    """(A watch set after the keys were read, as ``wakeups.watch_any_since`` does.)  No
+    """(A watch set after the keys were read, as an accept does after one that wrote: ``AcceptCall._rearm``.)  No
     second query at commit, and the watch still fires on a change, not on its own read."""
     keys = [b"shard/%02d" % i for i in range(17)]
     with EmbeddedDatabase(path) as db:
