@@ -64,6 +64,26 @@ def _nothing_due(db, n: int) -> None:
             raise RuntimeError("a job was due")
 
 
+def _idle_after_outcome(db, n: int) -> None:
+    """What a worker does once its last outcome is ready and nothing is due: an accept
+    that writes (here one key) and finds nothing, then whatever sets its watch (a second
+    transaction), the watch cancelled.  (Written so that it counts releases whose first
+    attempt returned None for a read-only accept to follow.)"""
+    from jobs.accepting import AcceptCall, Wait
+
+    def also(tr):
+        tr.set(b"instr/outcome", VALUE)
+
+    for _ in range(n):
+        call = AcceptCall(db, TYPE)
+        out = call.attempt(also)
+        if out is None:
+            out = call.attempt()
+        if not isinstance(out, Wait):
+            raise RuntimeError(f"expected a wait, not {out!r}")
+        out.watch.cancel()
+
+
 def _sqlite_add(_db, n: int) -> None:
     """The SQLite statements of a ``jobs.add`` (as the engine runs them: its read snapshot,
     the two point reads in one statement, three puts and two counter adds, one commit),
@@ -122,6 +142,8 @@ OPS = {
     "add_many": (_add_many, False, "jobs.add_many, per job (1,000 per transaction)"),
     "accept+finish": (_accept_finish, True, "jobs.accept then jobs.finish, a transaction each"),
     "accept-empty": (_nothing_due, False, "jobs.accept finding nothing due (reads, arms its watches)"),
+    "idle-after-outcome": (_idle_after_outcome, False,
+                           "an accept writing an outcome finds nothing, then its watch is set"),
     "processor": (_processor(32), True, "a job run by a Processor (1 lane, 32 jobs an accept), per job"),
     "processor-p1": (_processor(1), True, "the same with prefetch=1 (a job an accept), per job"),
 }

@@ -269,6 +269,12 @@ def watches_pending_keys(type: str) -> list[bytes]:
     return [watches_pending_key(type)] + [watches_pending_key(type, i) for i in range(PENDING_SHARDS)]
 
 
+def watches_pending_range(type: str) -> tuple[bytes, bytes]:
+    """The keys of :func:`watches_pending_keys` (and nothing else) as one range."""
+    begin = watches_pending_key(type)
+    return begin, strinc(begin)
+
+
 def watches_activity_keys(type: str) -> list[bytes]:
     return [watches_activity_key(type)] + [watches_activity_key(type, i) for i in range(ACTIVITY_SHARDS)]
 

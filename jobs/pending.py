@@ -363,7 +363,7 @@ def wakes_seen(tr, type: str) -> tuple[int, list]:
     """``(read version, values)`` of the type's wake keys in ``tr``, read without a
     conflict: what :func:`watch_joined` and :func:`wakes_unchanged` need to watch from this
     transaction's view after it committed (for a transaction that writes)."""
-    return tr.get_read_version().wait(), wakeups.seen(tr, keys.watches_pending_keys(type))
+    return tr.get_read_version().wait(), wakeups.seen(tr, *keys.watches_pending_range(type))
 
 
 def watch_joined(db, type: str, seen: tuple[int, list]):
@@ -377,4 +377,4 @@ def watch_joined(db, type: str, seen: tuple[int, list]):
 def wakes_unchanged(tr, type: str, seen: tuple[int, list]) -> bool:
     """No job was enqueued (nor the type resumed) since ``seen`` was read: a watch set in
     ``tr`` then fires on every enqueue after it (the wake keys only grow)."""
-    return wakeups.seen(tr, keys.watches_pending_keys(type)) == seen[1]
+    return wakeups.seen(tr, *keys.watches_pending_range(type)) == seen[1]

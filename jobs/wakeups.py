@@ -22,7 +22,7 @@ import threading
 import weakref
 
 from .engine.errors import OPERATION_CANCELLED, FDBError
-from .engine.futures import Future, value_of
+from .engine.futures import Future
 from .engine.transactional import watches
 from .layouts import remembered
 
@@ -153,11 +153,11 @@ def watch_any(tr, keys) -> Ticket:
     return g.join()
 
 
-def seen(tr, keys) -> list[bytes | None]:
-    """The values of ``keys`` in ``tr``'s snapshot, read without a conflict, for
-    :func:`joined_since` (in a transaction that writes, where a watch may not go)."""
-    futures = [tr.snapshot.get(key) for key in keys]  # (issued together: one round trip)
-    return [value_of(f) for f in futures]
+def seen(tr, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    """The wake keys in ``[begin, end)`` and their values in ``tr``'s snapshot, read
+    without a conflict (one range read: cheaper than a read per key), for a transaction
+    that writes, where a watch may not go (:func:`joined_since`)."""
+    return [(bytes(k), bytes(v)) for k, v in tr.snapshot.get_range(begin, end)]
 
 
 def joined_since(db, keys, version: int) -> Ticket | None:
