@@ -32,6 +32,8 @@ def value_of(future) -> bytes | None:
 
     The bindings' ``Value`` future is its own result (``wait()`` returns the future, which is
     never None) and tells absence by ``present()``; read values through this."""
+    if type(future) in _ENGINE_VALUES:  # (this engine's: its bytes or None, in one look)
+        return future.value
     value = future.wait()
     return bytes(value) if value.present() else None
 
@@ -275,6 +277,9 @@ class DeferredValue(Value):
         elif self._owner is not None:
             return Value.value.fget(self)
         return self._value
+
+
+_ENGINE_VALUES = (Value, DeferredValue)
 
 
 def _plain(other):
