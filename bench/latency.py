@@ -52,48 +52,43 @@ def _wrapped(url: str, latency: tuple[float, float]):
     return FaultInjectingDatabase(jobs.open(url), commit_latency=latency[0], read_latency=latency[1])
 
 
-def processor_worker(url: str, latency: tuple[float, float], prefetch: int, ready, stop) -> None:
-    """A ``Processor`` (concurrency 1) of no-op jobs, until ``stop`` is set."""
+def _serve(url: str, latency: tuple[float, float], prefetch: int, ready, stop, handler) -> dict:
+    """Run a ``Processor`` (concurrency 1) of ``handler`` on the store until ``stop`` is
+    set (``ready`` told once it serves); its stats."""
     from processors import Processor
 
     processor = Processor(_wrapped(url, latency), grace=1, prefetch=prefetch)
+    processor.handler(TYPE, timeout=30)(handler)
 
-    @processor.handler(TYPE, timeout=30)
+    def signal_then_stop():
+        processor.ready.wait()
+        ready.put(os.getpid())
+        stop.wait()
+        processor.stop()
+
+    threading.Thread(target=signal_then_stop, daemon=True).start()
+    processor.run(concurrency=1, signals=False)
+    return dict(processor.stats)
+
+
+def processor_worker(url: str, latency: tuple[float, float], prefetch: int, ready, stop) -> None:
+    """A ``Processor`` (concurrency 1) of no-op jobs, until ``stop`` is set."""
     def noop(ctx):
         return None
 
-    def signal_then_stop():
-        processor.ready.wait()
-        ready.put(os.getpid())
-        stop.wait()
-        processor.stop()
-
-    threading.Thread(target=signal_then_stop, daemon=True).start()
-    processor.run(concurrency=1, signals=False)
+    _serve(url, latency, prefetch, ready, stop, noop)
 
 
 def steady_worker(url: str, latency: tuple[float, float], prefetch: int, ready, stop, out) -> None:
-    """A ``Processor`` (concurrency 1) that records, for each job, the seconds from its
-    add (the time in its data, taken in the add's transaction) to its start; sends them
-    and its stats on ``out``."""
-    from processors import Processor
-
-    processor = Processor(_wrapped(url, latency), grace=1, prefetch=prefetch)
+    """:func:`processor_worker` that records, for each job, the seconds from its add (the
+    time in its data, taken in the add's transaction) to its start; sends them and its
+    stats on ``out``."""
     waits = []
 
-    @processor.handler(TYPE, timeout=30)
     def noop(ctx):
         waits.append(time.time() - ctx.data["added"])
 
-    def signal_then_stop():
-        processor.ready.wait()
-        ready.put(os.getpid())
-        stop.wait()
-        processor.stop()
-
-    threading.Thread(target=signal_then_stop, daemon=True).start()
-    processor.run(concurrency=1, signals=False)
-    out.put((waits, dict(processor.stats)))
+    out.put((waits, _serve(url, latency, prefetch, ready, stop, noop)))
 
 
 def measure_steady(url: str, rate: float, secs: float, workers: int, latency: tuple[float, float],
