@@ -17,7 +17,8 @@ the store counts every job finished; the jobs were added before, untimed.
 ``--steady RATE`` measures the other side: jobs added one at a time, RATE a second for
 ``--secs``, to ``Processor`` workers that wait for each (what a worker does between jobs:
 write the outcome, find nothing, watch); it reports the time from each add's commit to
-its job's start (p50 / p99 / max, ms) and the accept transactions a job takes:
+its job's start (p50 / p99 / max, ms), the accept transactions a job takes and how long
+the workers waited on the latency wrapper's round trips a job (0 without latency):
 
     python -m bench.latency --steady 100 --workers 1 --latency 0 2:0.5
 """
@@ -81,21 +82,25 @@ def processor_worker(url: str, latency: tuple[float, float], prefetch: int, read
 
 def steady_worker(url: str, latency: tuple[float, float], prefetch: int, ready, stop, out) -> None:
     """:func:`processor_worker` that records, for each job, the seconds from its add (the
-    time in its data, taken in the add's transaction) to its start; sends them and its
-    stats on ``out``."""
+    time in its data, taken in the add's transaction) to its start; sends them, its stats
+    and the seconds it waited on round trips (``jobs/engine/latency.py``) on ``out``."""
+    from jobs.engine import latency as imitated
+
     waits = []
 
     def noop(ctx):
         waits.append(time.time() - ctx.data["added"])
 
-    out.put((waits, _serve(url, latency, prefetch, ready, stop, noop)))
+    stats = _serve(url, latency, prefetch, ready, stop, noop)
+    out.put((waits, stats, imitated.waited()))
 
 
 def measure_steady(url: str, rate: float, secs: float, workers: int, latency: tuple[float, float],
                    prefetch: int) -> dict:
     """Jobs added one per transaction, ``rate`` a second for ``secs`` (the producer runs
     without latency: it stands for the application), to ``workers`` steady workers: the
-    add-to-start times (ms) and the accept transactions per job (retries not counted)."""
+    add-to-start times (ms), the accept transactions per job (retries not counted) and the
+    ms the workers waited on imitated round trips, per job (the store's own time not counted)."""
     db = jobs.open(url)
     jobs.set_type_timeout(db, TYPE, 30)
     ctx = multiprocessing.get_context("spawn")
@@ -130,13 +135,14 @@ def measure_steady(url: str, rate: float, secs: float, workers: int, latency: tu
             p.join(60)
             if p.is_alive():
                 p.kill()
-    waits = sorted(w * 1000 for found, _stats in results for w in found)
+    waits = sorted(w * 1000 for found, _stats, _trips in results for w in found)
     if len(waits) != n:
         raise RuntimeError(f"{len(waits)} of {n} jobs started within 60 s of the last add")
     accepts = sum(stats.get("accept_batches", 0) + stats.get("accept_empty", 0) + stats.get("accept_rearms", 0)
-                  for _w, stats in results)
+                  for _w, stats, _trips in results)
+    waited = sum(t for _w, _stats, t in results)
     return {"p50": waits[len(waits) // 2], "p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
-            "max": waits[-1], "accepts_per_job": accepts / n}
+            "max": waits[-1], "accepts_per_job": accepts / n, "store_wait_ms_per_job": waited * 1000 / n}
 
 
 def bare_worker(url: str, latency: tuple[float, float], batch: int, ready, stop) -> None:
@@ -218,10 +224,11 @@ def report_steady(rows, args) -> str:
     out = [f"{args.steady:g} jobs/s added one at a time for {args.secs:g} s to {args.workers} `Processor` "
            f"worker(s) (prefetch {args.prefetch}), median of {args.repeat} (min - max); store: "
            f"{args.store or 'a fresh SQLite file'}", "",
-           "| latency | add to start p50, ms | p99, ms | max, ms | accept transactions a job |", "|---|---:|---:|---:|---:|"]
+           "| latency | add to start p50, ms | p99, ms | max, ms | accept transactions a job "
+           "| waits on round trips a job, ms |", "|---|---:|---:|---:|---:|---:|"]
     for label, values in rows:
         cells = []
-        for key in ("p50", "p99", "max", "accepts_per_job"):
+        for key in ("p50", "p99", "max", "accepts_per_job", "store_wait_ms_per_job"):
             found = [v[key] for v in values]
             cells.append(f"{statistics.median(found):.2f} ({min(found):.2f} - {max(found):.2f})")
         out.append(f"| {label} | " + " | ".join(cells) + " |")

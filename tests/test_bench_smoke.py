@@ -150,11 +150,13 @@ def test_latency_bench_runs_both_ways(capsys, monkeypatch):
     assert latency.main(["--jobs", "40", "--workers", "1", "--latency", "0", "1:0.5", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("| `Processor`") == 0 and out.count("| Processor, 1 workers") == 2
-    assert latency.main(["--steady", "20", "--secs", "0.5", "--workers", "1", "--latency", "0", "--repeat", "1"]) == 0
+    assert latency.main(["--steady", "20", "--secs", "0.5", "--workers", "1", "--latency", "0", "2:0.5",
+                         "--repeat", "1"]) == 0
     out = capsys.readouterr().out
-    row = [line for line in out.splitlines() if line.startswith("| 0 ms per commit")]
-    assert len(row) == 1
-    cells = [float(cell.split()[0]) for cell in row[0].strip("|").split("|")[1:]]
-    assert 0 < cells[0] <= cells[1] <= cells[2] and cells[3] >= 1  # p50 <= p99 <= max; accepts a job
+    for label, waited in (("| 0 ms per commit", lambda ms: ms == 0), ("| 2 ms per commit", lambda ms: ms >= 4)):
+        [row] = [line for line in out.splitlines() if line.startswith(label)]
+        cells = [float(cell.split()[0]) for cell in row.strip("|").split("|")[1:]]
+        assert 0 < cells[0] <= cells[1] <= cells[2] and cells[3] >= 1  # p50 <= p99 <= max; accepts a job
+        assert waited(cells[4]), row  # at least the take's and the outcome's commits, 2 ms each
     with pytest.raises(SystemExit):
         latency.main(["--steady", "0"])

@@ -11,7 +11,9 @@ of it, as on a cluster.
 A read is answered a round trip after it is issued (:class:`LateReads`): reads issued
 together overlap, reads issued one after another add up, as on a cluster.
 
-One timer thread per process serves every deadline, in order.
+One timer thread per process serves every deadline, in order.  :func:`waited` sums the
+seconds this process's threads waited on these round trips: what a change of the number
+of round trips costs on a cluster.
 """
 
 from __future__ import annotations
@@ -51,6 +53,20 @@ class _Timer:
 
 
 _TIMER = _Timer()
+_waited = [0.0]  # seconds waited on round trips in this process
+_waited_lock = threading.Lock()
+
+
+def _add_wait(seconds: float) -> None:
+    with _waited_lock:
+        _waited[0] += seconds
+
+
+def waited() -> float:
+    """Seconds this process's threads waited on imitated round trips so far: reads looked
+    at before their answer was due (reads issued together overlap), and each commit's
+    latency (its caller waits for it)."""
+    return _waited[0]
 
 
 def commit_later(commit, seconds: float) -> Future:
@@ -59,6 +75,7 @@ def commit_later(commit, seconds: float) -> Future:
     when that future is, whichever is later."""
     out = Future()
     start = time.monotonic()
+    _add_wait(seconds)
 
     def apply() -> None:
         try:
@@ -83,6 +100,7 @@ class Late:
 
     def _arrived(self):
         if (left := self._at - time.monotonic()) > 0:
+            _add_wait(left)
             time.sleep(left)
         return self._inner
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from enginekit import expect_fdb_error, read
 
-from jobs.engine import transactional, value_of
+from jobs.engine import latency, transactional, value_of
 from jobs.engine.faults import FaultInjectingDatabase
 
 
@@ -91,3 +91,21 @@ def test_transactional_code_runs_unchanged_behind_latencies(db, ks):
     for _ in range(20):
         bump(slow)
     assert read(db, ks.pack(("n",))) == bytes([20]) and slow.injected["conflict"] > 0
+
+
+def test_the_time_waited_on_round_trips_is_summed(db, ks):
+    """``latency.waited()``: reads issued together count once; a commit counts its latency;
+    a read-only commit nothing (what bench.latency reports per job)."""
+    keys = [ks.pack(("w", i)) for i in range(5)]
+    slow = FaultInjectingDatabase(db, commit_latency=0.2, read_latency=0.1)
+    before = latency.waited()
+    tr = slow.create_transaction()
+    futures = [tr.get(key) for key in keys]  # a read version, then the reads: 0.2 s
+    assert [value_of(f) for f in futures] == [None] * 5
+    tr.set(keys[0], b"v")
+    tr.commit().wait()
+    waited = latency.waited() - before
+    assert 0.35 <= waited < 0.6  # 0.2 of reads (one wait, not five) and 0.2 of commit
+    before = latency.waited()
+    slow.create_transaction().commit().wait()
+    assert latency.waited() == before
