@@ -135,11 +135,11 @@ def measure_steady(url: str, rate: float, secs: float, workers: int, latency: tu
             p.join(60)
             if p.is_alive():
                 p.kill()
-    waits = sorted(w * 1000 for found, _stats, _trips in results for w in found)
+    waits = sorted(w * 1000 for found, _stats, _waited in results for w in found)
     if len(waits) != n:
         raise RuntimeError(f"{len(waits)} of {n} jobs started within 60 s of the last add")
     accepts = sum(stats.get("accept_batches", 0) + stats.get("accept_empty", 0) + stats.get("accept_rearms", 0)
-                  for _w, stats, _trips in results)
+                  for _w, stats, _waited in results)
     waited = sum(t for _w, _stats, t in results)
     return {"p50": waits[len(waits) // 2], "p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
             "max": waits[-1], "accepts_per_job": accepts / n, "store_wait_ms_per_job": waited * 1000 / n}
