@@ -91,6 +91,7 @@ def _sqlite_add(_db, n: int) -> None:
     from jobs.engine.atomic import sql_atomic
     from jobs.engine.commit import _PUT as put, _UPSERT_ADD as add
     from jobs.engine.keyvalues import _POINT
+    from jobs.engine.reads import _PIN
 
     conn = sqlite3.connect(os.path.join(tempfile.mkdtemp(prefix="instr-sqlite-"), "kv.sqlite"), isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -103,7 +104,7 @@ def _sqlite_add(_db, n: int) -> None:
     for i in range(n):
         data, queued = b"\x02jobs\x00\x02data\x00j%09d" % i, b"\x02jobs\x00\x02pending\x00j%09d" % i
         conn.execute("BEGIN")
-        conn.execute("SELECT v FROM kv WHERE k = x''").fetchone()
+        conn.execute(_PIN).fetchone()
         conn.execute(read_two, (b"\x02jobs\x00\x02activity_timeout\x00", data)).fetchall()
         conn.executemany(put, [(data, b"\x00" * 17), (queued, b"\x00" * 8),
                                (b"\x02jobs\x00\x02watches_activity\x00%d" % (i % 16), b"\x00" * 10)])

@@ -123,7 +123,6 @@ class AcceptCall:
         """After an attempt that wrote and found nothing: its watch, set here if no job
         came since it read (this transaction reads only the wake keys), else an attempt
         of its own, in this transaction (a job came: take it)."""
-        self._new_picks = []
         if pending.wakes_unchanged(tr, self.type, seen.wakes):
             return Wait(pending.watch(tr, self.type), seen.due)
         return self._body(tr)

@@ -45,7 +45,12 @@ class Watches:
         """Armed watches that have not fired nor been cancelled."""
         with self._cond:
             self._prune()
-            return sum(len(v) for v in self._armed.values())
+            return self._armed_total()
+
+    def _armed_total(self) -> int:
+        """(Under _cond.)  Watches in the armed set, fired and cancelled ones not yet pruned
+        included."""
+        return sum(map(len, self._armed.values()))
 
     def _prune(self) -> None:
         """(Under _cond.)  Drop the watches that fired or were cancelled: done here, in
@@ -62,10 +67,10 @@ class Watches:
         """Arm ``watches``, ``(key, baseline, future)`` items (a committed transaction's:
         one wake of the thread for them all)."""
         with self._cond:
-            room = MAX_WATCHES - sum(map(len, self._armed.values()))
+            room = MAX_WATCHES - self._armed_total()
             if room < len(watches):  # (fired and cancelled ones still in: count only live ones)
                 self._prune()
-                room = MAX_WATCHES - sum(map(len, self._armed.values()))
+                room = MAX_WATCHES - self._armed_total()
             for key, baseline, future in watches:
                 if room <= 0:
                     future.set_error(FDBError(E.TOO_MANY_WATCHES))
