@@ -158,6 +158,8 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
         version = max(version + 1, int(now * VERSIONS_PER_SECOND))
         stamp = version.to_bytes(8, "big") + b"\x00\x00"
         history.record(version, now, write_ranges(log, no_conflict, stamp, extra_writes))
+        if no_conflict:  # (writes the ring does not show: watches must read the store)
+            history.unrecorded(version)
         ceiling = version + CEILING_STEP if version > history.ceiling else None
         try:
             _write(conn, log, stamp, ceiling)

@@ -24,7 +24,8 @@ How FDB's guarantees are obtained (see DESIGN.md, "Embedded engine"):
 * **Read-only transactions** take no lock: their commit checks nothing, as on FDB.
 * **Watches**: a per-database thread, woken at once by local commits and, for other
   processes' commits, by inotify on the store's log (``doorbell.py``), else by polling
-  SQLite's ``data_version`` while any watch is armed.
+  the commit counter while any watch is armed; it reads from SQLite only the watched
+  keys that the history shows written since its last look.
 
 This module names the engine's parts and exports what users open:
 

@@ -52,6 +52,9 @@ CEILING_STEP = 1_000_000  # versions (a second) the durable ceiling is set ahead
 _F = struct.Struct("<12Q")
 (_MAGIC, _LAYOUT, _ID, _BOOT, _CURRENT, _CEILING, _PRUNED, _TAIL, _HEAD, _PENDING,
  _CAPACITY, _GROWING) = range(12)
+_BLIND = 12  # (after _F: unknown to older layouts' code, which leaves it alone) the last
+# version whose commit wrote keys outside its recorded ranges (writes made with
+# next_write_no_write_conflict_range): a watch cannot learn its writes from the ring
 _U64 = struct.Struct("<Q")
 _HEAD_PENDING = struct.Struct("<QQ")  # (adjacent: a record's head and pending in one write)
 _REC = struct.Struct("<IIqd")
@@ -96,6 +99,7 @@ class History:
         self._cap = 0
         # header fields read by begin(), kept up to date here by who holds the write lock
         self.ceiling = self._head = self._tail = self._pruned = self._current = 0
+        self._seen_ring, self._seen_cap = None, 0  # writes_since's own map of the ring
         for _attempt in range(2):
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             alone = _try_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -131,6 +135,7 @@ class History:
             fields[_CURRENT] = fields[_PRUNED] = current
             fields[_CEILING], fields[_CAPACITY] = ceiling, size - HEADER_SIZE
             _F.pack_into(header, 0, *fields)
+            _U64.pack_into(header, _BLIND << 3, 0)
 
     # --- without the lock --------------------------------------------------------------
 
@@ -151,6 +156,50 @@ class History:
         header = self._header
         return (_U64.unpack_from(header, _PENDING << 3)[0] == 0
                 and _U64.unpack_from(header, _CURRENT << 3)[0] == version)
+
+    def writes_since(self, since: int, upto: int) -> list[list] | None:
+        """The write ranges (merged, each commit's a list) of the commits of versions in
+        ``(since, upto]``, read without the lock (for the watch thread, on its own map of
+        the ring); None when they cannot all be told: the ring no longer reaches back to
+        ``since``, it grew or wrapped over them during the read, or one of them wrote keys
+        it did not record (:meth:`unrecorded`).
+
+        Safe against committers: a record is whole before the head passes it; the tail
+        only moves forward, and a record is written over only after the tail has passed
+        it, so records read above the tail as it is *after* the read were intact; a grow
+        changes the capacity (and marks itself growing).  Payloads are decoded only once
+        so checked."""
+        header = self._header
+        u64 = _U64.unpack_from
+        if u64(header, _BLIND << 3)[0] > since:
+            return None
+        cap = u64(header, _CAPACITY << 3)[0]
+        if u64(header, _GROWING << 3)[0]:
+            return None
+        head, tail = u64(header, _HEAD << 3)[0], u64(header, _TAIL << 3)[0]
+        if cap != self._seen_cap:
+            if self._seen_ring is not None:
+                self._seen_ring.close()
+            self._seen_ring, self._seen_cap = mmap.mmap(self._fd, cap, offset=HEADER_SIZE), cap
+        payloads, reached, lowest = [], False, head
+        try:
+            for version, payload, at in _records(self._seen_ring, cap, head, tail):
+                lowest = at
+                if version <= since:
+                    reached = True
+                    break
+                if version <= upto:
+                    payloads.append(payload)
+        except (ValueError, struct.error):  # (overwritten under the read, or torn)
+            return None
+        if (u64(header, _CAPACITY << 3)[0] != cap or u64(header, _GROWING << 3)[0]
+                or u64(header, _TAIL << 3)[0] > lowest
+                or (not reached and u64(header, _PRUNED << 3)[0] > since)):
+            return None
+        try:
+            return [marshal.loads(p) for p in payloads]
+        except (ValueError, EOFError, TypeError):
+            return None
 
     # --- under the write lock ----------------------------------------------------------
 
@@ -212,6 +261,11 @@ class History:
         self._head += size
         _HEAD_PENDING.pack_into(self._header, _HEAD << 3, self._head, version)
 
+    def unrecorded(self, version: int) -> None:
+        """The commit of ``version`` (recorded, not yet settled) also writes keys outside
+        its recorded ranges: watches look at the store itself for commits up to it."""
+        _U64.pack_into(self._header, _BLIND << 3, version)
+
     def settle(self, version: int, ceiling: int | None = None) -> None:
         """After the SQLite commit of ``version`` (or its failure: it counts as done
         either way), and the durable ceiling it wrote, if any."""
@@ -244,18 +298,8 @@ class History:
 
     def _newest_first(self):
         """``(version, payload)`` of the records, newest first (padding skipped)."""
-        ring, cap = self._ring, self._cap
-        pos, tail = self._head, self._tail
-        while pos > tail:
-            end = (pos - 1) % cap + 1
-            size = _TRAILER.unpack_from(ring, end - _TRAILER.size)[0]
-            if size < _ALIGN or size % _ALIGN or size > pos - tail or size > end:
-                raise ValueError(f"history record of size {size} at {pos}")
-            pos -= size
-            at = end - size
-            _size, length, version, _ts = _REC.unpack_from(ring, at)
-            if version >= 0:
-                yield version, ring[at + _REC.size:at + _REC.size + length]
+        for version, payload, _at in _records(self._ring, self._cap, self._head, self._tail):
+            yield version, payload
 
     def _make_room(self, size: int, now: float) -> None:
         """Free ``size`` bytes at the head (dropping the oldest records, or growing the
@@ -309,6 +353,9 @@ class History:
         self._fd, self._pid = fd, os.getpid()
 
     def close(self) -> None:
+        if self._seen_ring is not None:
+            self._seen_ring.close()
+            self._seen_ring = None
         # Unlocked explicitly: the maps hold the file open (the header stays mapped until
         # collected, as readers may hold it), and so would its lock.
         if os.getpid() == self._pid:
@@ -317,6 +364,25 @@ class History:
             self._ring.close()
             self._ring = None
         os.close(self._fd)
+
+
+def _records(ring, cap: int, head: int, tail: int):
+    """``(version, payload bytes, position)`` of the records of ``ring`` (of ``cap`` bytes)
+    between positions ``tail`` and ``head``, newest first, padding skipped; ValueError on
+    a record that is not whole."""
+    pos = head
+    while pos > tail:
+        end = (pos - 1) % cap + 1
+        size = _TRAILER.unpack_from(ring, end - _TRAILER.size)[0]
+        if size < _ALIGN or size % _ALIGN or size > pos - tail or size > end:
+            raise ValueError(f"history record of size {size} at {pos}")
+        pos -= size
+        at = end - size
+        _size, length, version, _ts = _REC.unpack_from(ring, at)
+        if length > size - _REC.size - _TRAILER.size:
+            raise ValueError(f"history record of size {size} at {pos} holds {length} bytes")
+        if version >= 0:
+            yield version, ring[at + _REC.size:at + _REC.size + length], pos
 
 
 def _try_flock(fd: int, how: int) -> bool:

@@ -277,7 +277,7 @@ class Transaction(TransactionRead):
             self._stamp_future.set_error(FDBError(E.NO_COMMIT_VERSION))
         armed = [w for w in self._watches if not w[2].is_ready()]  # (not fired by own writes)
         if armed:
-            self.db._watches.add(armed)
+            self.db._watches.add(armed, self._rv)
         self._watches = []
         return _COMMITTED
 

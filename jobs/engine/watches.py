@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 
@@ -19,12 +20,19 @@ UNKNOWN = object()  # a watch baseline that differs from every value
 class Watches:
     """Armed watches of one database: ``key -> [(baseline value, future)]``.
 
-    A daemon thread re-reads the watched keys whenever the store changes: at once after a
-    local commit (``poke``), and for other processes' commits as soon as the store's
-    doorbell rings (inotify on its log; see ``doorbell.py``).  Without a doorbell it polls
-    SQLite's ``data_version`` every few milliseconds while any watch is armed; with one it
-    still looks now and then (``BELL_SAFETY``), and goes back to polling for good if it
-    finds commits that the doorbell missed (a filesystem that does not report them)."""
+    A daemon thread looks at the store whenever it changes: at once after a local commit
+    (``poke``), and for other processes' commits as soon as the store's doorbell rings
+    (inotify on its log; see ``doorbell.py``).  Without a doorbell it polls the store's
+    commit counter every few milliseconds while any watch is armed; with one it still
+    looks now and then (``BELL_SAFETY``), and goes back to polling for good if it finds
+    commits that the doorbell missed (a filesystem that does not report them).
+
+    A look reads from SQLite only the watched keys that a commit wrote since the last look
+    (or, for a watch armed since, since its transaction's read version), as the shared
+    commit history tells (``History.writes_since``): other commits (most of them on a
+    busy store: other workers' accepts and finishes) and new watches cost no query.
+    When the history cannot tell (it no longer reaches back), every watched key is
+    read."""
 
     POLL_MIN = 0.0005  # also the least time between two checks: a busy store wakes the thread often
     POLL_MAX = 0.004
@@ -36,6 +44,13 @@ class Watches:
         self._use_doorbell = use_doorbell  # False: poll (JOBS_EMBEDDED_WATCHES=poll)
         self._cond = threading.Condition()
         self._armed: dict[bytes, list[tuple[object, Future]]] = {}
+        self._keys: list[bytes] | None = []  # the armed keys, sorted (None: to be sorted)
+        # Watches armed since the last look: the lowest read version of their
+        # transactions (their baselines hold there), and the keys to read from the store
+        # whatever the history says (baselines it cannot vouch for)
+        self._from: int | None = None
+        self._fresh: set[bytes] = set()
+        self._settled = False  # a watch fired or was cancelled since the last prune
         self._poked = False
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -44,6 +59,7 @@ class Watches:
     def count(self) -> int:
         """Armed watches that have not fired nor been cancelled."""
         with self._cond:
+            self._settled = True
             self._prune()
             return self._armed_total()
 
@@ -54,21 +70,38 @@ class Watches:
 
     def _prune(self) -> None:
         """(Under _cond.)  Drop the watches that fired or were cancelled: done here, in
-        one pass, rather than by a callback on each (a waiting accept cancels a watch per
-        wake shard at once)."""
-        for key in [k for k, items in self._armed.items() if any(f.is_ready() for _b, f in items)]:
-            live = [(b, f) for b, f in self._armed[key] if not f.is_ready()]
-            if live:
-                self._armed[key] = live
+        one pass when any did, rather than by a callback each (a waiting accept cancels a
+        watch per wake shard at once)."""
+        if not self._settled:
+            return
+        self._settled = False  # (before the pass: one settled meanwhile makes another)
+        armed = self._armed
+        for key, items in list(armed.items()):
+            if len(items) == 1:  # (the common case: a key has one watch per process)
+                if not items[0][1].is_ready():
+                    continue
+                live = None
             else:
-                del self._armed[key]
+                live = [item for item in items if not item[1].is_ready()]
+                if len(live) == len(items):
+                    continue
+            if live:
+                armed[key] = live
+            else:
+                del armed[key]
+                self._keys = None
 
-    def add(self, watches) -> None:
+    def _note_settled(self, _future) -> None:
+        self._settled = True
+
+    def add(self, watches, since: int | None = None) -> None:
         """Arm ``watches``, ``(key, baseline, future)`` items (a committed transaction's:
-        one wake of the thread for them all)."""
+        one wake of the thread for them all), whose baselines are the values at read
+        version ``since`` or later (None: not known; they are read from the store)."""
         with self._cond:
             room = MAX_WATCHES - self._armed_total()
             if room < len(watches):  # (fired and cancelled ones still in: count only live ones)
+                self._settled = True
                 self._prune()
                 room = MAX_WATCHES - self._armed_total()
             for key, baseline, future in watches:
@@ -76,7 +109,16 @@ class Watches:
                     future.set_error(FDBError(E.TOO_MANY_WATCHES))
                     continue
                 room -= 1
-                self._armed.setdefault(key, []).append((baseline, future))
+                items = self._armed.get(key)
+                if items is None:
+                    items = self._armed[key] = []
+                    self._keys = None
+                items.append((baseline, future))
+                if since is None or baseline is UNKNOWN:
+                    self._fresh.add(key)
+                future.on_ready(self._note_settled)
+            if since is not None:
+                self._from = since if self._from is None else min(self._from, since)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="jobs-watches", daemon=True)
                 self._thread.start()
@@ -95,7 +137,7 @@ class Watches:
                 self._wake()
 
     def _fail_all(self, error: FDBError) -> None:
-        armed, self._armed = self._armed, {}
+        armed, self._armed, self._keys = self._armed, {}, []
         for items in armed.values():
             for _b, f in items:
                 f.set_error(error)
@@ -114,22 +156,29 @@ class Watches:
         conn = self._start()
         if conn is None:
             return
+        history = self._db._history
         pace = _Pace(self._bell, self)
+        seen = None  # the version up to which every armed key has been compared
         try:
             while True:
                 look = self._wait(pace)
                 if look is None:
                     return  # closed
-                poked, keys = look
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if not poked and pace.unchanged(version):
+                poked, keys, fresh, since = look
+                version = history.read_version()  # (before the reads: they see it all)
+                if not poked and since is None and not fresh and pace.unchanged(version):
                     continue
                 if pace.missed_a_commit(poked):
                     with self._cond:
                         self._bell = None
                     pace.give_up_bell()
                 pace.looked(version)
-                self._check(conn, keys)
+                # New watches' keys were written if a commit after their read version wrote
+                # them; the others if one after the last look did.
+                written = (None if seen is None
+                           else history.writes_since(seen if since is None else min(seen, since), version))
+                self._check(conn, keys if written is None else _written(keys, written) | fresh)
+                seen = version
         finally:
             with self._cond:
                 self._bell = None
@@ -151,9 +200,11 @@ class Watches:
                 self._bell = Doorbell.open(self._db.path)
             return conn
 
-    def _wait(self, pace: "_Pace") -> tuple[bool, list[bytes]] | None:
+    def _wait(self, pace: "_Pace") -> tuple[bool, list[bytes], set[bytes], int | None] | None:
         """Wait until a look at the store is due: a poke (a local commit, a new watch), the
-        doorbell, or the pace's interval.  ``(poked, watched keys)``, or None when closed."""
+        doorbell, or the pace's interval.  ``(poked, watched keys sorted, keys to read
+        anyway, the lowest read version of watches armed since the last look)``, or None
+        when closed."""
         with self._cond:
             self._prune()
             while not self._armed and not self._closed:
@@ -172,9 +223,17 @@ class Watches:
             poked, self._poked = self._poked, False
             if poked and pace.bell is not None:
                 pace.bell.clear()  # (rung with the poke, under this lock)
-            return poked, list(self._armed)
+            if self._keys is None:
+                self._keys = sorted(self._armed)
+            fresh, self._fresh = self._fresh, set()
+            since, self._from = self._from, None
+            return poked, self._keys, fresh, since
 
-    def _check(self, conn, keys: list[bytes]) -> None:
+    def _check(self, conn, keys) -> None:
+        """Fire the watches of ``keys`` whose value is no longer their baseline."""
+        if not keys:
+            return
+        keys = list(keys)
         current = dict.fromkeys(keys)  # absent keys: None
         current.update(stored_values(conn, keys))  # (few statements for many keys: a type's shards are 17)
         fired = []
@@ -185,6 +244,19 @@ class Watches:
                         fired.append(future)
         for future in fired:
             future.set_result(None)
+
+
+def _written(keys: list[bytes], commits: list[list]) -> set[bytes]:
+    """Those of ``keys`` (sorted) inside the write ranges of ``commits``."""
+    hit = set()
+    n = len(keys)
+    for ranges in commits:
+        for begin, end in ranges:
+            i = bisect.bisect_left(keys, begin)
+            while i < n and keys[i] < end:
+                hit.add(keys[i])
+                i += 1
+    return hit
 
 
 class _Pace:
@@ -218,7 +290,7 @@ class _Pace:
             time.sleep(pause)
 
     def unchanged(self, version) -> bool:
-        """Nothing committed since the last look (``version``: SQLite's data_version):
+        """Nothing committed since the last look (``version``: the store's commit counter):
         pace the next wait, and skip this look."""
         if version != self._last_version:
             return False

@@ -691,6 +691,54 @@ def test_watch_wakes_a_waiting_thread(db, ks):
     t.join(60)
 
 
+def test_watch_fires_on_a_write_without_a_write_conflict_range(db, ks):
+    """A watch hears the stored value change, whatever conflict ranges the write left."""
+    k = ks.pack(("w",))
+    put(db, {k: b"0"})
+    w = _arm(db, k)
+    tr = db.create_transaction()
+    tr.options.set_next_write_no_write_conflict_range()
+    tr.set(k, b"unfenced")
+    commit(tr)
+    assert wait_future(w, 60), "watch did not fire on a write made without a conflict range"
+
+
+@pytest.mark.parametrize("how", ["atomic add", "range clear", "versionstamped value"])
+def test_watch_fires_on_every_kind_of_write(db, ks, how):
+    k = ks.pack(("w",))
+    put(db, {k: le(1)})
+    w = _arm(db, k)
+    for i in range(3):  # (commits that do not touch it, before and after)
+        put(db, {ks.pack(("other", i)): b"x"})
+    tr = db.create_transaction()
+    if how == "atomic add":
+        tr.add(k, le(1))
+    elif how == "range clear":
+        tr.clear_range(ks.pack(("v",)), ks.pack(("x",)))
+    else:
+        tr.set_versionstamped_value(k, b"\x00" * 10 + struct.pack("<I", 0))
+    commit(tr)
+    put(db, {ks.pack(("other", 9)): b"x"})
+    assert wait_future(w, 60), f"watch did not fire on an {how}"
+
+
+def test_a_watch_set_while_other_commits_land_fires_on_a_change_it_missed(db, ks):
+    """The change lands between the watch's read version and its commit, among other
+    commits: the watch fires on it once armed."""
+    k = ks.pack(("w",))
+    put(db, {k: b"0"})
+    tr = db.create_transaction()
+    tr.get_read_version().wait()
+    w = tr.watch(k)
+    for i in range(5):
+        put(db, {ks.pack(("other", i)): b"x"})
+    put(db, {k: b"1"})
+    for i in range(5):
+        put(db, {ks.pack(("other", i)): b"y"})
+    commit(tr)
+    assert wait_future(w, 60)
+
+
 # --- limits --------------------------------------------------------------------------------
 
 

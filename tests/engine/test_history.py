@@ -11,11 +11,12 @@ import os
 import signal
 import sqlite3
 import struct
+import sys
 import threading
 import time
 
 import pytest
-from enginekit import expect_fdb_error, read, spawn
+from enginekit import expect_fdb_error, read, spawn, wait_until
 
 from jobs.engine import commit as commit_module
 from jobs.engine import history, watches
@@ -343,6 +344,147 @@ def test_watches_on_keys_the_transaction_read_take_their_baselines_from_those_re
         assert not futures[3].is_ready()
         for f in futures:
             f.cancel()
+
+
+def _keys_in(commits) -> set[bytes]:
+    return {b for ranges in commits for b, _e in ranges}
+
+
+def test_writes_since_tells_the_ranges_of_the_commits_in_a_window(path, monkeypatch):
+    monkeypatch.setattr(history, "INITIAL_CAPACITY", 64 << 10)
+    monkeypatch.setattr(history, "MAX_CAPACITY", 64 << 10)
+    with EmbeddedDatabase(path) as db:
+        h = db._history
+        versions = [put(db, b"k/%d" % i) for i in range(5)]
+        assert h.writes_since(versions[4], versions[4]) == []
+        window = h.writes_since(versions[1], versions[3])
+        assert window == [[(b"k/3", b"k/3\x00")], [(b"k/2", b"k/2\x00")]]  # (newest first)
+        assert _keys_in(h.writes_since(versions[0] - 1, versions[4])) == {b"k/%d" % i for i in range(5)}
+        tr = db.create_transaction()  # a write the ring does not show: nothing told past it
+        tr.options.set_next_write_no_write_conflict_range()
+        tr.set(b"blind", b"v")
+        tr.commit().wait()
+        blind = tr.get_committed_version()
+        assert h.writes_since(versions[4], blind) is None
+        assert h.writes_since(blind, put(db, b"after")) == [[(b"after", b"after\x00")]]
+        for i in range(2000):  # the ring wraps: the first commits are dropped
+            put(db, b"filler/%05d" % i)
+        assert h.writes_since(versions[0], h.read_version()) is None
+        newest = h.read_version()
+        assert h.writes_since(newest, put(db, b"last")) == [[(b"last", b"last\x00")]]
+
+
+@pytest.mark.parametrize("ring", ["wraps", "grows"])
+def test_writes_since_read_while_commits_go_on_is_whole_or_none(path, monkeypatch, ring):
+    """A reader without the lock, as the watch thread is, against a committer that wraps
+    (or grows) the ring under it: every answer it gives holds exactly the commits of its
+    window; when it cannot tell, None."""
+    monkeypatch.setattr(history, "INITIAL_CAPACITY", 16 << 10)
+    monkeypatch.setattr(history, "MAX_CAPACITY", 16 << 10 if ring == "wraps" else 4 << 20)
+    monkeypatch.setattr(sys, "getswitchinterval", sys.getswitchinterval)
+    sys.setswitchinterval(1e-5)
+    written: dict[int, bytes] = {}
+    answers = []
+    with EmbeddedDatabase(path) as db:
+        h = db._history
+        done = threading.Event()
+
+        def commit_many():
+            for i in range(1000):
+                key = b"k/%05d" % i
+                written[put(db, key)] = key
+            done.set()
+
+        committer = threading.Thread(target=commit_many)
+        since = h.read_version()
+        committer.start()
+        try:
+            while not done.is_set():
+                upto = h.read_version()
+                answers.append((since, upto, h.writes_since(since, upto)))
+                since = upto if answers[-1][2] is not None or len(answers) % 5 == 0 else since
+        finally:
+            committer.join()
+    told = [(a, b, commits) for a, b, commits in answers if commits is not None]
+    assert len(told) > 10
+    for a, b, commits in told:
+        assert _keys_in(commits) == {key for v, key in written.items() if a < v <= b}
+
+
+@pytest.mark.parametrize("ring", ["wraps", "grows"])
+def test_writes_since_overtaken_by_committers_tells_nothing(path, monkeypatch, ring):
+    """Records read whole, and then the committers wrap the ring past them (or grow it,
+    which moves every record): they may have been written over mid-read, so None."""
+    monkeypatch.setattr(history, "INITIAL_CAPACITY", 16 << 10)
+    monkeypatch.setattr(history, "MAX_CAPACITY", 16 << 10 if ring == "wraps" else 4 << 20)
+    with EmbeddedDatabase(path) as db:
+        h = db._history
+        since = put(db, b"before")  # (the read reaches back to a record at since)
+        for i in range(50):
+            put(db, b"k/%d" % i)
+        upto = h.read_version()
+        assert len(h.writes_since(since, upto)) == 50
+        records = history._records
+
+        def overtaken(*args):
+            read = list(records(*args))
+            for i in range(600):  # more than the ring holds
+                put(db, b"filler/%05d" % i)
+            yield from read
+
+        monkeypatch.setattr(history, "_records", overtaken)
+        assert h.writes_since(since, upto) is None
+        assert header(db)[history._CAPACITY] == (16 << 10 if ring == "wraps" else 64 << 10)
+
+
+def test_the_watch_thread_reads_only_the_watched_keys_a_commit_wrote(path, monkeypatch):
+    """Commits that do not write a watched key cost the watch thread no query, and a new
+    watch none either (the history tells what changed since its read version); the
+    commit that writes it, one."""
+    with EmbeddedDatabase(path) as db:
+        statements: list[str] = []
+        connect = db._connect
+
+        def traced():
+            conn = connect()
+            if threading.current_thread().name == "jobs-watches":
+                conn.set_trace_callback(statements.append)
+            return conn
+
+        monkeypatch.setattr(db, "_connect", traced)
+        warm = _armed(db, b"warm")  # (the thread's first look reads every watched key)
+        put(db, b"warm")
+        assert wait_future(warm, 30)
+        statements.clear()
+        watch = _armed(db, b"k")
+        for i in range(20):
+            put(db, b"other/%d" % i)
+        assert not watch.is_ready()
+        put(db, b"k", b"changed")
+        assert wait_future(watch, 30)
+        assert len(statements) == 1 and statements[0].startswith("SELECT"), statements
+
+
+def test_a_watched_key_written_without_a_conflict_range_fires_the_watch(path):
+    """Such a write is not in the history's ranges: a look past it reads the store."""
+    with EmbeddedDatabase(path) as db:
+        warm = _armed(db, b"warm")
+        put(db, b"warm")
+        assert wait_future(warm, 30)
+        watch = _armed(db, b"k")
+        assert wait_until(lambda: db._watches._from is None, 30)  # (looked at since it was armed)
+        tr = db.create_transaction()
+        tr.options.set_next_write_no_write_conflict_range()
+        tr.set(b"k", b"unfenced")
+        tr.commit().wait()
+        assert wait_future(watch, 30)
+
+
+def _armed(db, key: bytes):
+    tr = db.create_transaction()
+    watch = tr.watch(key)
+    tr.commit().wait()
+    return watch
 
 
 def test_a_commit_between_the_read_version_and_the_snapshot_is_not_a_conflict(path):
