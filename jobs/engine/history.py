@@ -24,7 +24,9 @@ SQLite commit, ``current``, then ``pending`` cleared.  Read versions are taken w
 snapshot has a later version and is checked (a commit that lands between the two only
 makes the check stricter).  A committer killed with ``pending`` set is settled by the
 next one (``begin``): its commit counts as done, which at worst checks a commit that
-did not happen.
+did not happen.  The watch thread reads recent records without the lock too
+(``writes_since``: which keys changed since its last look), and trusts what it read only
+if the tail had not passed it by the end of the read.
 """
 
 from __future__ import annotations
@@ -159,8 +161,8 @@ class History:
 
     def writes_since(self, since: int, upto: int) -> list[list] | None:
         """The write ranges (merged, each commit's a list) of the commits of versions in
-        ``(since, upto]``, read without the lock (for the watch thread, on its own map of
-        the ring); None when they cannot all be told: the ring no longer reaches back to
+        ``(since, upto]``, read without the lock (by one thread at a time, the watch
+        thread: on its own map of the ring); None when they cannot all be told: the ring no longer reaches back to
         ``since``, it grew or wrapped over them during the read, or one of them wrote keys
         it did not record (:meth:`unrecorded`).
 
