@@ -17,6 +17,7 @@ from .keyvalues import check_value, check_write_key, stored_values, strinc_or_en
 from .ranges import check_stamp_param, in_ranges, merge_ranges, stamped_key_span
 from .reads import _ATOMIC, _CLEAR, _SET, _UNREADABLE, TransactionRead
 from .watches import UNKNOWN as _UNKNOWN
+from .watches import WatchFuture
 
 _STORED = object()  # a watch baseline to be read from the store (_read_baselines)
 
@@ -241,7 +242,7 @@ class Transaction(TransactionRead):
         else:  # read with the others, in this snapshot (at commit at the latest)
             baseline = _STORED
         self._reads.append((key, key + b"\x00"))
-        future = Future()
+        future = WatchFuture()
         self._watches.append([key, baseline, future])
         return future
 

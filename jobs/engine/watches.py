@@ -17,6 +17,20 @@ from .limits import MAX_WATCHES
 UNKNOWN = object()  # a watch baseline that differs from every value
 
 
+class WatchFuture(Future):
+    """A watch's future.  Once armed, its cancel tells its :class:`Watches` that a prune
+    is due (the watch thread knows of those it fires itself)."""
+
+    __slots__ = ("_watches",)  # (set when armed)
+
+    def cancel(self) -> None:
+        if self.set_error(FDBError(E.OPERATION_CANCELLED)):
+            try:
+                self._watches._settled = True
+            except AttributeError:  # (not armed yet: its transaction is cancelling it)
+                pass
+
+
 class Watches:
     """Armed watches of one database: ``key -> [(baseline value, future)]``.
 
@@ -51,6 +65,7 @@ class Watches:
         self._from: int | None = None
         self._fresh: set[bytes] = set()
         self._settled = False  # a watch fired or was cancelled since the last prune
+        # (known from WatchFuture.cancel and from the thread's own firing)
         self._poked = False
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -91,9 +106,6 @@ class Watches:
                 del armed[key]
                 self._keys = None
 
-    def _note_settled(self, _future) -> None:
-        self._settled = True
-
     def add(self, watches, since: int | None = None) -> None:
         """Arm ``watches``, ``(key, baseline, future)`` items (a committed transaction's:
         one wake of the thread for them all), whose baselines are the values at read
@@ -116,7 +128,9 @@ class Watches:
                 items.append((baseline, future))
                 if since is None or baseline is UNKNOWN:
                     self._fresh.add(key)
-                future.on_ready(self._note_settled)
+                future._watches = self
+                if future.is_ready():  # (cancelled meanwhile)
+                    self._settled = True
             if since is not None:
                 self._from = since if self._from is None else min(self._from, since)
             if self._thread is None or not self._thread.is_alive():
@@ -242,6 +256,8 @@ class Watches:
                 for baseline, future in self._armed.get(key, ()):
                     if baseline is UNKNOWN or baseline != value:
                         fired.append(future)
+        if fired:
+            self._settled = True
         for future in fired:
             future.set_result(None)
 

@@ -480,6 +480,19 @@ def test_a_watched_key_written_without_a_conflict_range_fires_the_watch(path):
         assert wait_future(watch, 30)
 
 
+def test_cancelled_watches_are_dropped_and_the_watch_thread_sleeps(path):
+    """A cancel tells the watch thread to prune (no callback per watch): with nothing
+    left armed it stops looking at commits."""
+    with EmbeddedDatabase(path) as db:
+        tr = db.create_transaction()
+        futures = [tr.watch(b"shard/%02d" % i) for i in range(17)]
+        tr.commit().wait()
+        for future in futures:
+            future.cancel()
+        put(db, b"other")  # (a look after the cancels)
+        assert wait_until(lambda: not db._watches._armed, 30)
+
+
 def _armed(db, key: bytes):
     tr = db.create_transaction()
     watch = tr.watch(key)
