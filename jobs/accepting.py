@@ -43,8 +43,9 @@ def this_worker() -> str:
 @dataclass(frozen=True)
 class Wait:
     """Nothing to take: wait on ``watch`` (fires when a job of the type is enqueued or the
-    type resumes), and no later than ``due``, when the earliest future job falls due (wall
-    clock; None: no such job, the type is paused, or the call does not take future jobs)."""
+    type resumes; None for a call that does not watch: ``AcceptCall.watching``), and no
+    later than ``due``, when the earliest future job falls due (wall clock; None: no such
+    job, the type is paused, or the call does not take future jobs)."""
 
     watch: object
     due: float | None
@@ -96,6 +97,10 @@ class AcceptCall:
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
         self.rearms = 0  # transactions run by _rearm, over the call's life
+        # False: an attempt that finds nothing returns a Wait without a watch (``watch``
+        # None: its caller learns of new jobs otherwise, as a processor not holding the
+        # turn to watch does: ``processors/turns.py``)
+        self.watching = True
 
     # --- one attempt ---------------------------------------------------------------------
 
@@ -217,6 +222,8 @@ class AcceptCall:
         if keyed:
             dues.append(fairness.next_due(tr, self.type))
         due = min((d for d in dues if d is not None), default=None)
+        if not self.watching:
+            return Wait(None, due)
         if also is not None:
             return _Seen(pending.wakes_seen(tr, self.type), due)
         return Wait(pending.watch(tr, self.type), due)

@@ -32,6 +32,7 @@ from jobs.accepting import AcceptCall, Wait
 
 from . import tracing
 from .finishes import Alone
+from .turns import Turn, lock_path as turn_lock_path
 
 log = logging.getLogger("processors")
 
@@ -48,8 +49,13 @@ class Acceptor:
     that took jobs (``accept_batches``), those that took none (``accept_empty``: nothing
     due, or only outcomes written), the accept attempts retried (``accept_retries``)
     and, of them, the conflicts (``accept_conflicts``: another worker took a picked job
-    first), and the second transactions of accepts that wrote outcomes and found nothing
-    (``accept_rearms``: each set the watch, or took a job that came meanwhile)."""
+    first), the second transactions of accepts that wrote outcomes and found nothing
+    (``accept_rearms``: each set the watch, or took a job that came meanwhile), and the
+    turns to watch this processor held (``watch_turns``).
+
+    Only the idle processor holding its machine's turn watches (``turns.py``); another
+    looks once a slice without a watch, and waits for the turn.  A step that takes jobs
+    gives the turn up."""
 
     def __init__(self, db, types: list[str], stats):
         self.db = db
@@ -58,6 +64,9 @@ class Acceptor:
         self.wake = threading.Event()
         self._calls: dict[str, AcceptCall] = {}
         self._waits: list[Wait] = []
+        self._turn: Turn | None = None  # (made at the first step: it reads the store id)
+        self._turns_counted = 0
+        self._closed = False
 
     def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
         """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
@@ -65,15 +74,23 @@ class Acceptor:
         e.g. ``finishes.Alone``, ends the step; a step that wrote it returns without
         waiting, so that the caller learns it committed)."""
         wrote = also is not None
+        turn = self._turn or self._make_turn()
         if wrote:
             self._cancel_waits()  # attempt now, so that ``also`` is written now
+        elif self._waits and not self._watching() and turn.take():
+            self._cancel_waits()  # the turn came: look again, watching this time
         if not self._waits:
             self.wake.clear()
+            # (a step that writes outcomes may be a busy processor's: it watches only if
+            # it holds the turn already; an idle step takes it if it is free)
+            watching = turn.held if wrote else turn.take()
+            self._count_turns()
             for type in random.sample(self.types, len(self.types)):
                 call = self._calls.get(type)
                 if call is None:  # a call (and its lock) lives until it returns jobs (1021)
                     call = self._calls[type] = AcceptCall(self.db, type)
                 call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
+                call.watching = watching
                 retries, conflicts, rearms = call.retries, call.conflicts, call.rearms
                 try:
                     out = call.attempt(also)
@@ -86,24 +103,50 @@ class Acceptor:
                     self.stats["accept_batches"] += 1
                     del self._calls[type]
                     self._cancel_waits()
+                    turn.release()  # busy: another idle processor watches
                     return out
                 self.stats["accept_empty"] += 1
                 if out is None:  # a stale queue entry was dropped: look again at once
                     self._cancel_waits()
                     return []
                 self._waits.append(out)
-                out.watch.on_ready(lambda _f: self.wake.set())
+                if out.watch is not None:
+                    out.watch.on_ready(lambda _f: self.wake.set())
             if wrote:
                 return []  # (the next step waits on these watches)
+            if not watching:
+                turn.wait(self.wake)  # (a look again when the turn comes)
         due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
         limit_s = min(slice_seconds, max(0.0, due - time.time()))
-        if self.wake.wait(limit_s) or time.time() >= due:
-            self._cancel_waits()  # something changed: attempt again at the next step
+        if self.wake.wait(limit_s) or time.time() >= due or not self._watching():
+            self._cancel_waits()  # something changed (or no watch: look again each slice)
         return []
+
+    def close(self) -> None:
+        """Give the turn up for good (the processor stops; any thread)."""
+        self._closed = True
+        if self._turn is not None:
+            self._turn.close()
+
+    def _make_turn(self) -> Turn:
+        turn = Turn(None if self._closed else turn_lock_path(self.db, self.types))
+        self._turn = turn
+        if self._closed:  # (closed meanwhile: the lock is not kept)
+            turn.close()
+        return turn
+
+    def _count_turns(self) -> None:
+        taken = self._turn.taken
+        self.stats["watch_turns"] += taken - self._turns_counted
+        self._turns_counted = taken
+
+    def _watching(self) -> bool:
+        return any(w.watch is not None for w in self._waits)
 
     def _cancel_waits(self) -> None:
         for w in self._waits:
-            w.watch.cancel()
+            if w.watch is not None:
+                w.watch.cancel()
         self._waits = []
 
 
@@ -223,6 +266,7 @@ class Feed:
         self._pace += PACE_WEIGHT * (seconds - self._pace)
 
     def stop(self) -> None:
+        self.acceptor.close()
         self.acceptor.wake.set()
         self._refill.set()
         with self._cond:

@@ -89,7 +89,8 @@ class Processor:
     the watch of one that only wrote outcomes (or took a job that came meanwhile: a
     watch may not go in a transaction that writes); accept_retries: accept attempts
     retried; accept_conflicts: of them, lost to another worker that took a picked job
-    first)."""
+    first; watch_turns: turns to watch for new jobs this processor held, as the idle
+    processor of its machine that an add wakes: ``turns.py``)."""
 
     def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH,
                  worker_heartbeat: float = HEARTBEAT):

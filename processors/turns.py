@@ -1,0 +1,129 @@
+"""Idle workers of one machine take turns watching for new jobs.
+
+An add wakes every accept that watches its type: with four idle worker processes, four
+accepts ran for each new job, one took it, and the others conflicted or found nothing
+(at a steady 200 jobs/s on 2 cores that cost more CPU than the jobs' own accepts).  Now
+the idle processors of a machine that serve the same types of the same store take
+turns: the one holding the *turn* (an exclusive ``flock`` on a file named after the store
+id and the types, in the machine's temporary directory) watches; the others look at the
+queue without a watch once every ``ACCEPT_SLICE`` (so a stuck holder delays jobs by
+that at most), and wait for the turn (a thread blocked on the lock).  The holder gives
+the turn up as soon as it takes jobs; the kernel then hands the lock to one waiter,
+which looks at the queue (taking what came meanwhile) and watches.  A holder that dies
+loses the lock with its process.
+
+Where the lock cannot be had (no store id yet, a temporary directory it may not write,
+``JOBS_IDLE_TURNS=off``), every idle processor watches, as before: each is then its own
+holder.  Nothing here decides who gets a job (accepts still do, each in its
+transaction): turns only decide who is woken.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+import threading
+
+from jobs.engine.transactional import run
+from jobs.store_ids import store_id_future, store_id_of
+
+
+def lock_path(db, types) -> str | None:
+    """The turn's lock file for ``types`` of ``db``'s store, or None (no store id yet)."""
+    store_id = run(db, lambda tr: store_id_of(store_id_future(tr)))
+    if store_id is None:
+        return None
+    served = hashlib.sha256("\0".join(sorted(types)).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "jobs-turns", f"{store_id.hex()}-{served}")
+
+
+class Turn:
+    """One processor's part in the turns of its store and types (thread-safe).
+
+    ``take()``: hold the turn now if it is free; ``wait(event)``: set ``event`` when it
+    comes; ``release()``: give it up (and stop waiting for it); ``close()``."""
+
+    def __init__(self, path: str | None):
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._alone = path is None or os.environ.get("JOBS_IDLE_TURNS", "on") == "off"
+        if not self._alone:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except OSError:
+                self._alone = True
+        self._held = False
+        self._wanted = False  # waiting for the turn (a thread blocked on the lock)
+        self._waiter: threading.Thread | None = None
+        self._notify: threading.Event | None = None
+        self._closed = False
+        self.taken = 0  # turns held, over this processor's life
+
+    @property
+    def held(self) -> bool:
+        """This processor watches: it holds the turn, or takes no turns."""
+        return self._alone or self._held
+
+    def take(self) -> bool:
+        """Hold the turn if it is free (not waiting for it); True if held."""
+        with self._lock:
+            if self._alone or self._held:
+                return True
+            if self._closed or self._waiter is not None:
+                return False  # (the waiting thread takes it when it comes)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            self._held = True
+            self.taken += 1
+            return True
+
+    def wait(self, event: threading.Event) -> None:
+        """Set ``event`` when this processor holds the turn (at once if it does)."""
+        with self._lock:
+            if self._alone or self._held:
+                event.set()
+                return
+            if self._closed:
+                return
+            self._wanted, self._notify = True, event
+            if self._waiter is None:
+                self._waiter = threading.Thread(target=self._wait_for_lock, name="jobs-turn", daemon=True)
+                self._waiter.start()
+
+    def _wait_for_lock(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        with self._lock:
+            self._waiter = None
+            if not self._wanted or self._closed:  # (taken jobs or stopped meanwhile: pass it on)
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                if self._closed:
+                    os.close(self._fd)
+                return
+            self._held, self._wanted = True, False
+            self.taken += 1
+            event = self._notify
+        event.set()
+
+    def release(self) -> None:
+        """Give the turn up (this processor is busy), and stop waiting for it."""
+        with self._lock:
+            self._wanted = False
+            if self._held:
+                self._held = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed or self._alone:
+                return
+            self._closed, self._wanted = True, False
+            if self._held:
+                self._held = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._waiter is None:  # (else the waiting thread closes it once it wakes)
+                os.close(self._fd)

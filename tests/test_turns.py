@@ -1,0 +1,154 @@
+"""Idle processors of one machine take turns watching for new jobs
+(``processors/turns.py``): only the turn's holder is woken by an add; the others look once
+a slice.  Processors here share a process, each with its own lock file description, as
+processes would."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+
+import pytest
+
+import jobs
+from processors import Processor
+from processors.turns import Turn, lock_path
+from waiting import DEADLINE, running, wait_until
+
+
+def _processors(db, n: int, done: list) -> list[Processor]:
+    out = []
+    for _ in range(n):
+        p = Processor(db, monitor=False)
+
+        @p.handler("t", timeout=10)
+        def handler(ctx):
+            done.append(ctx.job_id)
+
+        out.append(p)
+    return out
+
+
+def _watching(processors) -> int:
+    """Processors whose idle accept waits on a watch."""
+    return sum(p._feed is not None and p._feed.acceptor._watching() for p in processors)
+
+
+def _add_one_at_a_time(db, done: list, n: int) -> None:
+    for _ in range(n):
+        before = len(done)
+        jobs.add(db, "t", f"j{before}", {})
+        assert wait_until(lambda: len(done) == before + 1), f"job j{before} was not run"
+
+
+def test_only_the_processor_holding_the_turn_watches_and_the_turn_passes_on(db):
+    done: list = []
+    a, b, c = _processors(db, 3, done)
+    with running(a, concurrency=1), running(b, concurrency=1):
+        with running(c, concurrency=1):
+            assert wait_until(lambda: _watching([a, b, c]) == 1)
+            _add_one_at_a_time(db, done, 12)
+            assert wait_until(lambda: _watching([a, b, c]) == 1)
+            assert sum(p.stats["watch_turns"] for p in (a, b, c)) >= 2  # (it passed on)
+            holder = next(p for p in (a, b, c) if p._feed.acceptor._watching())
+        if holder is not c:  # stop the holder: another takes its turn
+            holder.stop()
+        assert wait_until(lambda: _watching([p for p in (a, b) if p is not holder]) == 1)
+        _add_one_at_a_time(db, done, 3)
+    assert len(done) == 15
+
+
+def test_a_stopped_processor_leaves_the_turn(db):
+    done: list = []
+    first, a, b = _processors(db, 3, done)
+    with running(first, concurrency=1):
+        assert wait_until(lambda: _watching([first]) == 1)  # (it holds the turn)
+    with running(a, concurrency=1), running(b, concurrency=1):
+        assert wait_until(lambda: _watching([a, b]) == 1)
+        _add_one_at_a_time(db, done, 2)
+
+
+def test_a_turn_held_by_a_process_that_never_watches_delays_jobs_but_loses_none(db):
+    done: list = []
+    a, b = _processors(db, 2, done)
+    jobs.set_type_timeout(db, "t", 10)
+    path = lock_path(db, ["t"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    stranger = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(stranger, fcntl.LOCK_EX)  # (as a stopped process would keep it)
+    try:
+        with running(a, concurrency=1), running(b, concurrency=1):
+            for i in range(3):
+                jobs.add(db, "t", f"j{i}", {})
+            assert wait_until(lambda: len(done) == 3)  # taken by the looks once a slice
+            assert _watching([a, b]) == 0
+            fcntl.flock(stranger, fcntl.LOCK_UN)
+            assert wait_until(lambda: _watching([a, b]) == 1)
+    finally:
+        os.close(stranger)
+
+
+def test_with_turns_off_every_idle_processor_watches(db, monkeypatch):
+    monkeypatch.setenv("JOBS_IDLE_TURNS", "off")
+    done: list = []
+    ps = _processors(db, 3, done)
+    with running(ps[0], concurrency=1), running(ps[1], concurrency=1), running(ps[2], concurrency=1):
+        assert wait_until(lambda: _watching(ps) == 3)
+        _add_one_at_a_time(db, done, 3)
+    assert sum(p.stats["watch_turns"] for p in ps) == 0
+
+
+# --- the lock itself -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def path(tmp_path) -> str:
+    return str(tmp_path / "turns" / "store-types")
+
+
+def test_a_turn_goes_to_the_waiter_when_its_holder_releases_it(path):
+    first, second = Turn(path), Turn(path)
+    assert first.take() and first.held
+    assert not second.take() and not second.held
+    came = threading.Event()
+    second.wait(came)
+    assert not came.wait(0.1)
+    first.release()
+    assert came.wait(DEADLINE) and second.held
+    assert not first.take()
+    assert (first.taken, second.taken) == (1, 1)
+    first.close()
+    second.close()
+
+
+def test_a_waiter_that_stopped_wanting_the_turn_passes_it_on(path):
+    holder, busy, idle = Turn(path), Turn(path), Turn(path)
+    assert holder.take()
+    busy.wait(threading.Event())
+    busy.release()  # took jobs meanwhile: no longer wants it
+    holder.release()
+    assert wait_until(idle.take)
+    assert not busy.held
+    for turn in (holder, busy, idle):
+        turn.close()
+
+
+def test_closing_gives_the_turn_up_and_refuses_it_after(path):
+    first, second = Turn(path), Turn(path)
+    assert first.take()
+    first.close()
+    assert second.take()
+    assert not first.take() and not first.held
+    second.close()
+
+
+def test_without_a_lock_file_every_processor_holds_its_own_turn(tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    turn = Turn(str(blocked / "turns" / "lock"))  # (its directory cannot be made)
+    assert turn.take() and turn.held
+    alone = Turn(None)  # (no store id yet)
+    assert alone.take() and alone.held
+    turn.close()
+    alone.close()
