@@ -25,9 +25,12 @@ import hashlib
 import os
 import tempfile
 import threading
+import weakref
 
 from jobs.engine.transactional import run
 from jobs.store_ids import store_id_future, store_id_of
+
+_open_turns: "weakref.WeakSet[Turn]" = weakref.WeakSet()
 
 
 def lock_path(db, types) -> str | None:
@@ -55,6 +58,8 @@ class Turn:
                 self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
             except OSError:
                 self._alone = True
+            else:
+                _open_turns.add(self)
         self._held = False
         self._wanted = False  # waiting for the turn (a thread blocked on the lock)
         self._waiter: threading.Thread | None = None
@@ -102,7 +107,7 @@ class Turn:
             if not self._wanted or self._closed:  # (taken jobs or stopped meanwhile: pass it on)
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 if self._closed:
-                    os.close(self._fd)
+                    self._close_fd()
                 return
             self._held, self._wanted = True, False
             self.taken += 1
@@ -126,4 +131,30 @@ class Turn:
                 self._held = False
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             if self._waiter is None:  # (else the waiting thread closes it once it wakes)
+                self._close_fd()
+
+    def _close_fd(self) -> None:
+        _open_turns.discard(self)
+        if self._fd is not None:
+            try:
                 os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def _forget_in_child(self) -> None:
+        """(In a forked child.)  The lock belongs to the parent: close the inherited
+        descriptor without unlocking, so that the lock goes with the parent's last one
+        (a child outliving a dead holder would keep the turn taken)."""
+        self._closed, self._held, self._wanted, self._waiter = True, False, False, None
+        self._lock = threading.Lock()
+        self._close_fd()
+
+
+def _after_fork_in_child() -> None:
+    for turn in list(_open_turns):
+        turn._forget_in_child()
+    _open_turns.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

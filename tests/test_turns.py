@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import threading
+import time
 
 import pytest
 
@@ -152,3 +154,31 @@ def test_without_a_lock_file_every_processor_holds_its_own_turn(tmp_path):
     assert alone.take() and alone.held
     turn.close()
     alone.close()
+
+
+def test_a_forked_child_does_not_keep_a_dead_holders_turn(path):
+    """A process holding the turn forks a child and dies: the turn is free while the
+    child lives (the child closed its copy of the lock's descriptor at fork)."""
+    r, w = os.pipe()
+    holder = os.fork()
+    if holder == 0:  # (the holder: takes the turn, forks, dies without letting go)
+        try:
+            turn = Turn(path)
+            assert turn.take()
+            child = os.fork()
+            if child == 0:
+                time.sleep(600)  # (outlives the wait below: killed at the end)
+                os._exit(0)
+            os.write(w, b"%d\n" % child)
+        finally:
+            os._exit(0)
+    os.waitpid(holder, 0)
+    child = int(os.read(r, 64).split()[0])
+    try:
+        other = Turn(path)
+        assert wait_until(other.take)
+        other.close()
+    finally:
+        os.kill(child, signal.SIGKILL)  # (a grandchild: not ours to reap)
+        os.close(r)
+        os.close(w)
