@@ -114,8 +114,8 @@ class Acceptor:
                     out.watch.on_ready(lambda _f: self.wake.set())
             if wrote:
                 return []  # (the next step waits on these watches)
-            if not watching:
-                turn.wait(self.wake)  # (a look again when the turn comes)
+        if not self._watching():
+            turn.wait(self.wake)  # (in line for the turn: a look again when it comes)
         due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
         limit_s = min(slice_seconds, max(0.0, due - time.time()))
         if self.wake.wait(limit_s) or time.time() >= due or not self._watching():

@@ -5,6 +5,7 @@ processes would."""
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 import jobs
 from processors import Processor
+from processors.feed import Acceptor
 from processors.turns import Turn, lock_path
 from waiting import DEADLINE, running, wait_until
 
@@ -75,10 +77,7 @@ def test_a_turn_held_by_a_process_that_never_watches_delays_jobs_but_loses_none(
     done: list = []
     a, b = _processors(db, 2, done)
     jobs.set_type_timeout(db, "t", 10)
-    path = lock_path(db, ["t"])
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    stranger = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    fcntl.flock(stranger, fcntl.LOCK_EX)  # (as a stopped process would keep it)
+    stranger = _stranger_holding(db)
     try:
         with running(a, concurrency=1), running(b, concurrency=1):
             for i in range(3):
@@ -88,6 +87,35 @@ def test_a_turn_held_by_a_process_that_never_watches_delays_jobs_but_loses_none(
             fcntl.flock(stranger, fcntl.LOCK_UN)
             assert wait_until(lambda: _watching([a, b]) == 1)
     finally:
+        os.close(stranger)
+
+
+def _stranger_holding(db):
+    """A descriptor holding the turn of type ``t`` (as a stopped process would keep it)."""
+    path = lock_path(db, ["t"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    stranger = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(stranger, fcntl.LOCK_EX)
+    return stranger
+
+
+def test_an_idle_step_after_one_that_wrote_outcomes_waits_in_line_for_the_turn(db):
+    """A processor that finished a job writes its outcome in an accept that finds nothing
+    (without a watch: it does not hold the turn); its next step must wait for the turn,
+    or it would look only once a slice while new jobs wait for a watcher."""
+    jobs.set_type_timeout(db, "t", 10)
+    stranger = _stranger_holding(db)
+    acceptor = Acceptor(db, ["t"], collections.Counter())
+    try:
+        assert acceptor.step(0.01, also=lambda tr: None) == []  # (wrote: returns at once)
+        assert acceptor.step(0.01) == []
+        assert acceptor._turn._wanted and not acceptor._turn.held
+        fcntl.flock(stranger, fcntl.LOCK_UN)
+        assert wait_until(lambda: acceptor._turn.held)
+        assert acceptor.wake.is_set()  # (its next step looks, watching)
+        assert acceptor.step(0.01) == [] and acceptor._watching()
+    finally:
+        acceptor.close()
         os.close(stranger)
 
 
