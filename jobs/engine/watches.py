@@ -61,7 +61,7 @@ class Watches:
         self._keys: list[bytes] | None = []  # the armed keys, sorted (None: to be sorted)
         # Watches armed since the last look: the lowest read version of their
         # transactions (their baselines hold there), and the keys to read from the store
-        # whatever the history says (baselines it cannot vouch for)
+        # whatever the history says (baselines not known: own atomic or stamped writes)
         self._from: int | None = None
         self._fresh: set[bytes] = set()
         self._settled = False  # a watch fired or was cancelled since the last prune
@@ -74,8 +74,7 @@ class Watches:
     def count(self) -> int:
         """Armed watches that have not fired nor been cancelled."""
         with self._cond:
-            self._settled = True
-            self._prune()
+            self._prune(every=True)
             return self._armed_total()
 
     def _armed_total(self) -> int:
@@ -83,11 +82,11 @@ class Watches:
         included."""
         return sum(map(len, self._armed.values()))
 
-    def _prune(self) -> None:
+    def _prune(self, every: bool = False) -> None:
         """(Under _cond.)  Drop the watches that fired or were cancelled: done here, in
-        one pass when any did, rather than by a callback each (a waiting accept cancels a
-        watch per wake shard at once)."""
-        if not self._settled:
+        one pass when any did (``every``: look whatever the flag says), rather than by a
+        callback each (a waiting accept cancels a watch per wake shard at once)."""
+        if not (self._settled or every):
             return
         self._settled = False  # (before the pass: one settled meanwhile makes another)
         armed = self._armed
@@ -106,15 +105,14 @@ class Watches:
                 del armed[key]
                 self._keys = None
 
-    def add(self, watches, since: int | None = None) -> None:
+    def add(self, watches, since: int) -> None:
         """Arm ``watches``, ``(key, baseline, future)`` items (a committed transaction's:
         one wake of the thread for them all), whose baselines are the values at read
-        version ``since`` or later (None: not known; they are read from the store)."""
+        version ``since`` or later."""
         with self._cond:
             room = MAX_WATCHES - self._armed_total()
             if room < len(watches):  # (fired and cancelled ones still in: count only live ones)
-                self._settled = True
-                self._prune()
+                self._prune(every=True)
                 room = MAX_WATCHES - self._armed_total()
             for key, baseline, future in watches:
                 if room <= 0:
@@ -126,13 +124,12 @@ class Watches:
                     items = self._armed[key] = []
                     self._keys = None
                 items.append((baseline, future))
-                if since is None or baseline is UNKNOWN:
+                if baseline is UNKNOWN:  # (fires at its first look: the store is read)
                     self._fresh.add(key)
                 future._watches = self
                 if future.is_ready():  # (cancelled meanwhile)
                     self._settled = True
-            if since is not None:
-                self._from = since if self._from is None else min(self._from, since)
+            self._from = since if self._from is None else min(self._from, since)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="jobs-watches", daemon=True)
                 self._thread.start()
