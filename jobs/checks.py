@@ -33,10 +33,11 @@ def name(value, what: str, *, new: bool = False) -> str:
         raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{what} must not be empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} {value!r} is not valid text: {exc.reason}") from exc
+    if not value.isascii():  # (ASCII always encodes: no bytes made for the commonest names)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{what} {value!r} is not valid text: {exc.reason}") from exc
     control = CONTROL_CHARACTERS.search(value) if new else None
     if control is not None:
         raise ValueError(
@@ -62,6 +63,10 @@ def seconds(value, what: str, *, positive: bool = False, allow_inf: bool = False
 def scheduled_time(value, what: str = "scheduled_time") -> float:
     """A time to run at, in seconds since the epoch (0: as soon as possible): as
     :func:`seconds`, and before :data:`MAX_TIME` (the year 9999), so that it can be shown."""
+    if type(value) is float and 0.0 <= value < MAX_TIME:  # (the commonest: checked in one step)
+        return value
+    if type(value) is int and 0 <= value < MAX_TIME:
+        return float(value)
     value = seconds(value, what)
     if value >= MAX_TIME:
         raise ValueError(
@@ -75,6 +80,8 @@ PRIORITY_LIMIT = 1 << 63  # priorities are 64-bit signed ints
 
 def priority(value, what: str = "priority") -> int:
     """A job priority: an int (not bool) in the 64-bit signed range; lower runs first."""
+    if type(value) is int and -PRIORITY_LIMIT <= value < PRIORITY_LIMIT:  # (the commonest)
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentTypeError(f"{what} must be an int (lower runs first), not {type(value).__name__}")
     if not -PRIORITY_LIMIT <= value < PRIORITY_LIMIT:

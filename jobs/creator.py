@@ -119,7 +119,7 @@ def add_many(tr, type: str, jobs: Iterable) -> None:
     batch, seen = [], set()
     for i, item in enumerate(jobs):
         try:
-            job = _checked(type, *NewJob(*((item,) if isinstance(item, str) else tuple(item))))
+            job = _checked(type, *_new_job(item))
         except (TypeError, ValueError, JobDataError) as exc:  # the same error, saying which job
             kind = checks.ArgumentTypeError if type_error(exc) else exc.__class__
             raise kind(f"jobs[{i}]: {exc}") from exc
@@ -134,6 +134,20 @@ def add_many(tr, type: str, jobs: Iterable) -> None:
         within_store(tr, lambda tr, chunk=batch[start:start + BULK_CHUNK]: _add_batch(tr, type, chunk))
 
 
+_DEFAULTS = tuple(NewJob._field_defaults.values())  # (data, scheduled_time, priority, key)
+
+
+def _new_job(item) -> tuple:
+    """An item of :func:`add_many`'s ``jobs`` as :class:`NewJob`'s five fields (TypeError
+    for a wrong number of them), without making a NewJob for each."""
+    if isinstance(item, str):
+        return (item, *_DEFAULTS)
+    fields = tuple(item)
+    if 0 < len(fields) <= len(NewJob._fields):
+        return fields + _DEFAULTS[len(fields) - 1:]
+    return NewJob(*fields)
+
+
 def type_error(exc: Exception) -> bool:
     """A plain TypeError (a wrong number of fields, an item that is no tuple): the API
     raises an ArgumentTypeError, a ValueError too, for every bad argument."""
@@ -142,15 +156,16 @@ def type_error(exc: Exception) -> bool:
 
 def _add_batch(tr, type: str, batch: list[_Checked]) -> None:
     timeout = _timeout_read(tr, type)
-    futures = [tr.get(keys.data_key(type, job.id)) for job in batch]  # (read in parallel)
+    data_keys = [keys.data_key(type, job.id) for job in batch]
+    futures = [tr.get(key) for key in data_keys]  # (read in parallel)
     _require_timeout(timeout, type)
     new = []
-    for job, future in zip(batch, futures):
-        row = rows.decode(value_of(future), type, job.id)
-        if row is None and job.key is None:
-            new.append((job.id, job.stime, job.priority, job.raw))
+    for job, key, future in zip(batch, data_keys, futures):
+        raw = value_of(future)
+        if raw is None and job.key is None:
+            new.append((key, job.id, job.stime, job.priority, job.raw))
         else:
-            _add_row(tr, type, job, row)
+            _add_row(tr, type, job, rows.decode(raw, type, job.id))
     if new:
         rows.make_pending_many(tr, type, new)
 

@@ -14,7 +14,7 @@ import itertools
 import weakref
 
 from . import ahead, counts, fairness, keys, limits, pending
-from .codec import Lost, Row, decode_row, encode_row, encode_stamped_row
+from .codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
@@ -73,18 +73,17 @@ def put_running(tr, type: str, job_id: str, row: Row, stamp: bool = True) -> Non
         bump_activity(tr, type)
 
 
-def make_pending_many(tr, type: str, new: list[tuple[str, float, int, bytes]]) -> None:
-    """Make new unkeyed jobs ``(id, stime, priority, raw data)`` pending, as
+def make_pending_many(tr, type: str, new: list[tuple[bytes, str, float, int, bytes]]) -> None:
+    """Make new unkeyed jobs ``(data key, id, stime, priority, raw data)`` pending, as
     :func:`make_pending` does each, with the layout, counts, wake and activity stamp
     written once for all."""
     keys.upgrade_layout(tr)
     queued = pending.queued_now()
-    for job_id, stime, priority, raw in new:
-        key = keys.data_key(type, job_id)
+    for key, job_id, stime, priority, raw in new:
         ahead.written(tr, key)
-        tr.set(key, encode_row(Row(None, None, stime, False, raw, priority=priority)))
+        tr.set(key, encode_new_row(stime, raw, priority))
         pending.put_entry(tr, type, priority, stime, job_id, None, queued)
-    counts.queued_many(tr, type, [(priority, stime, job_id) for job_id, stime, priority, _raw in new])
+    counts.queued_many(tr, type, [(priority, stime, job_id) for _key, job_id, stime, priority, _raw in new])
     pending.wake(tr, type)
     bump_activity(tr, type)
 

@@ -76,6 +76,7 @@ def app(tmp_path):
     (("bad\nid",), ValueError, r"jobs\[1\]: .*control"),
     (("ok", None, 0, 0, None, "extra"), TypeError, r"jobs\[1\]"),
     (7, TypeError, r"jobs\[1\]"),
+    ((), TypeError, r"jobs\[1\]"),
     ("first", ValueError, r"jobs\[1\]: job id 'first' is given twice"),
 ])
 def test_a_bad_job_is_named_and_nothing_is_written(db, item, error, message):

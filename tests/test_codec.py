@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.codec import Lost, Row, decode_row, encode_row, encode_stamped_row
+from jobs.codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
 from jobs.engine import Versionstamp
 from jobs.engine import tuple as fdb_tuple
 from jobs.errors import StoreError
@@ -35,6 +35,15 @@ def test_rows_encode_as_the_tuple_layer_does_and_read_back(row):
     fields = (row.seq, row.lock, row.stime, row.resubmit, row.data, row.last_lock)
     assert raw == tuple_layer_bytes(fields)
     assert fdb_tuple.unpack(raw) == fields  # the bindings' own decoder agrees
+    assert decode_row(raw) == row
+
+
+@given(doubles.filter(lambda t: t >= 0), st.binary(max_size=50), st.integers(-(1 << 63), (1 << 63) - 1))
+def test_a_new_pending_row_encodes_as_its_row_does(stime, data, priority):
+    """``add_many``'s shortcut writes the bytes of the Row it stands for."""
+    row = Row(None, None, stime, False, data, priority=priority)
+    raw = encode_new_row(stime, data, priority)
+    assert raw == encode_row(row)
     assert decode_row(raw) == row
 
 

@@ -31,12 +31,14 @@ def apply_log(conn, log: list, stamp: bytes) -> None:
     else touches are summed and applied once (:func:`_apply_sums`)."""
     final: dict[bytes, bytes | None] = {}  # key -> its value after the log (None: cleared)
     summed = _summable_adds(log, stamp) if len(log) > 1 else {}  # key -> [sum, length]
+    cleared = False  # (whether final holds a None)
     for m in log:
         kind = m[0]
         if kind == "set":
             final[m[1]] = m[2]
         elif kind == "clear":
             final[m[1]] = None
+            cleared = True
         elif kind == "stamp_key":
             final[apply_stamp(m[1], stamp)] = m[2]
         elif kind == "stamp_value":
@@ -50,10 +52,12 @@ def apply_log(conn, log: list, stamp: bytes) -> None:
             summed[m[2]][0] += int.from_bytes(m[3], "little")
         elif m[2] in final:
             final[m[2]] = ATOMIC_OPS[m[1]](final[m[2]], m[3])
+            cleared = cleared or final[m[2]] is None
         else:
             _apply_atomic(conn, m)
-    puts = [(key, value) for key, value in final.items() if value is not None]
-    if len(puts) < len(final):
+    puts = list(final.items())
+    if cleared:
+        puts = [(key, value) for key, value in puts if value is not None]
         _execute(conn, _DELETE, [(key,) for key, value in final.items() if value is None])
     if puts:
         _execute(conn, _PUT, puts)
@@ -66,16 +70,18 @@ def write_ranges(log: list, no_conflict: set, stamp: bytes, extra_writes: list) 
     ``log`` (a versionstamped key where its stamp puts it) but those made under
     next_write_no_write_conflict_range (``no_conflict``: their indexes), and
     ``extra_writes``."""
-    spans = []
+    points, spans = set(), []  # (keys written more than once are one range)
     for i, m in enumerate(log):
         if no_conflict and i in no_conflict:
             continue
         kind = m[0]
-        if kind == "clear_range":
+        if kind == "set" or kind == "clear":
+            points.add(m[1])
+        elif kind == "clear_range":
             spans.append((m[1], m[2]))
         else:
-            key = apply_stamp(m[1], stamp) if kind == "stamp_key" else m[2] if kind == "atomic" else m[1]
-            spans.append((key, key + b"\x00"))
+            points.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[2] if kind == "atomic" else m[1])
+    spans += [(key, key + b"\x00") for key in points]
     if extra_writes:
         spans += extra_writes
     return spans if len(spans) < 2 else merge_ranges(spans)
@@ -116,21 +122,28 @@ def _summable_adds(log: list, stamp: bytes) -> dict[bytes, list]:
     """The keys whose only mutations in ``log`` are atomic adds with one parameter length:
     adds commute, so their sum is applied once (a group commit adds to the same counters
     once per job), all such keys together (:func:`_apply_sums`).  key -> [0, length]."""
-    adds: dict[bytes, list] = {}
+    adds: dict[bytes, int] = {}  # key -> the length of its adds' parameters
     other: set[bytes] = set()
-    ranges = []
     for m in log:
-        kind = m[0]
-        if kind == "atomic" and m[1] == "add":
-            entry = adds.setdefault(m[2], [0, len(m[3]), 0])
-            if entry[1] != len(m[3]):
+        if m[0] == "atomic" and m[1] == "add":
+            if adds.setdefault(m[2], len(m[3])) != len(m[3]):
                 other.add(m[2])
-            entry[2] += 1
+    if not adds:
+        return {}
+    ranges = []
+    for m in log:  # (again: the keys that something other than an add writes)
+        kind = m[0]
+        if kind == "set" or kind == "clear":
+            if m[1] in adds:
+                other.add(m[1])
         elif kind == "clear_range":
             ranges.append((m[1], m[2]))
+        elif kind == "atomic":
+            if m[1] != "add":
+                other.add(m[2])
         else:
-            other.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[1] if kind != "atomic" else m[2])
-    return {key: [0, n] for key, (_sum, n, count) in adds.items()
+            other.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[1])
+    return {key: [0, n] for key, n in adds.items()
             if key not in other and not any(b <= key < e for b, e in ranges)}
 
 

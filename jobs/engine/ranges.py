@@ -12,14 +12,17 @@ from .errors import FDBError
 
 def merge_ranges(ranges):
     """Sorted, disjoint, coalesced copy of half-open ``(begin, end)`` ranges."""
-    out: list[list[bytes]] = []
+    out: list[tuple[bytes, bytes]] = []
+    end = None
     for b, e in sorted(ranges):
-        if out and b <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
+        if end is not None and b <= end:
+            if e > end:
+                out[-1] = (out[-1][0], e)
+                end = e
         else:
-            out.append([b, e])
-    return [(b, e) for b, e in out]
+            out.append((b, e))
+            end = e
+    return out
 
 
 def overlaps(merged, begins, ranges) -> bool:

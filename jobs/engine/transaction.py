@@ -14,6 +14,7 @@ from .commit import commit_log
 from .errors import FDBError
 from .futures import Future
 from .keyvalues import check_value, check_write_key, stored_values, strinc_or_end, to_key, to_value
+from .limits import KEY_SIZE_LIMIT, VALUE_SIZE_LIMIT
 from .ranges import check_stamp_param, in_ranges, merge_ranges, stamped_key_span
 from .reads import _ATOMIC, _CLEAR, _SET, _UNREADABLE, TransactionRead
 from .watches import UNKNOWN as _UNKNOWN
@@ -63,11 +64,16 @@ class Transaction(TransactionRead):
             key = to_key(key)
         if type(value) is not bytes:
             value = to_value(value)
-        check_write_key(key)
-        check_value(value)
+        # (check_write_key, check_value and _log_write inline: the commonest write)
+        if len(key) > KEY_SIZE_LIMIT or key[:1] == b"\xff" or len(value) > VALUE_SIZE_LIMIT:
+            check_write_key(key)
+            check_value(value)
         self._writes[key] = (_SET, value)
-        self._log_write(("set", key, value))
-        self._size += len(key) + len(value) + 16  # (as _account, inline: the commonest write)
+        if self._next_no_conflict:
+            self._log_write(("set", key, value))
+        else:
+            self._log.append(("set", key, value))
+        self._size += len(key) + len(value) + 16  # (as _account)
         if self._watches:
             self._own_write_seen(key, None, value)
 
