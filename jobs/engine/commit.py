@@ -66,25 +66,25 @@ def apply_log(conn, log: list, stamp: bytes) -> None:
 
 
 def write_ranges(log: list, no_conflict: set, stamp: bytes, extra_writes: list) -> list[tuple[bytes, bytes]]:
-    """A commit's write conflict ranges, merged: the key or range of each mutation in
-    ``log`` (a versionstamped key where its stamp puts it) but those made under
+    """A commit's write conflict ranges, sorted and disjoint: the key or range of each
+    mutation in ``log`` (a versionstamped key where its stamp puts it) but those made under
     next_write_no_write_conflict_range (``no_conflict``: their indexes), and
-    ``extra_writes``."""
-    points, spans = set(), []  # (keys written more than once are one range)
-    for i, m in enumerate(log):
-        if no_conflict and i in no_conflict:
-            continue
+    ``extra_writes``.  Keys written are one range each (the ranges of two neighbouring keys
+    touch, which a conflict check takes as it takes one range): merged only with ranges."""
+    if no_conflict:
+        log = [m for i, m in enumerate(log) if i not in no_conflict]
+    points = {m[1] for m in log if m[0] == "set"}  # (the commonest, in one pass)
+    spans = []
+    for m in [m for m in log if m[0] != "set"]:
         kind = m[0]
-        if kind == "set" or kind == "clear":
-            points.add(m[1])
-        elif kind == "clear_range":
+        if kind == "clear_range":
             spans.append((m[1], m[2]))
         else:
             points.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[2] if kind == "atomic" else m[1])
-    spans += [(key, key + b"\x00") for key in points]
-    if extra_writes:
-        spans += extra_writes
-    return spans if len(spans) < 2 else merge_ranges(spans)
+    ranges = [(key, key + b"\x00") for key in sorted(points)]
+    if spans or extra_writes:
+        return merge_ranges(ranges + spans + extra_writes)
+    return ranges
 
 
 def _execute(conn, sql: str, rows: list) -> None:

@@ -241,8 +241,8 @@ class History:
             raise FDBError(E.TRANSACTION_TOO_OLD) from None
 
     def record(self, version: int, now: float, ranges: list) -> None:
-        """Add the commit of ``version`` (its merged write ``ranges``) and mark it pending:
-        from here on it counts as committed if this process dies."""
+        """Add the commit of ``version`` (its write ``ranges``, sorted and disjoint) and
+        mark it pending: from here on it counts as committed if this process dies."""
         payload = marshal.dumps(ranges)
         limit = min(MAX_PAYLOAD, self._cap >> 3)
         if len(payload) > limit:

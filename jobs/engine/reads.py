@@ -176,13 +176,14 @@ class TransactionRead:
         return entry
 
     def _get(self, key, snapshot: bool) -> Value:
-        key = to_key(key)
+        if type(key) is not bytes:
+            key = to_key(key)
         if key[:1] == b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
         if self._unreadable and in_ranges(key, self._unreadable):
             self._check_usable()
             raise FDBError(E.ACCESSED_UNREADABLE, "key may be one written with a versionstamp in this transaction")
-        entry = self._own_entry(key, snapshot)
+        entry = self._own_entry(key, snapshot) if self._writes or self._cleared else None
         if entry is not None and entry[0] != _ATOMIC:
             self._check_usable()
             if entry[0] == _UNREADABLE:
