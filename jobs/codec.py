@@ -169,8 +169,13 @@ def pack_str(value: str) -> bytes:
 def pack_double(value: float) -> bytes:
     """A float as the tuple layer packs it (code 0x21): its IEEE bits, big-endian, with
     the sign bit flipped, or every bit for a negative one (so that bytes sort as numbers)."""
+    if value == 0.0 and math.copysign(1.0, value) > 0:  # (most jobs are due at once: time 0)
+        return _PACKED_ZERO
     bits = _U64_BE.unpack(_DOUBLE_BE.pack(value))[0]
     return _CODE_U64_BE.pack(0x21, bits ^ _ALL_BITS if bits >> 63 else bits | _SIGN_BIT)
+
+
+_PACKED_ZERO = _CODE_U64_BE.pack(0x21, _SIGN_BIT)  # pack_double(0.0) (not -0.0: bits of its own)
 
 
 def _pack_row(seq, row: Row) -> bytes:

@@ -144,15 +144,19 @@ def taken(tr, picked: list[bytes]) -> None:
 
 def _add_summed(tr, entries: list[tuple[str, int, float, str]], n: int) -> None:
     """Count ``n`` for each pending entry ``(type, band, stime, job_id)``, summed by counter."""
-    tally: dict[bytes, int] = {}
+    times: dict[tuple, int] = {}  # (type, band, stime) -> entries counted (a batch shares a few)
     every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
     for type, band, stime, job_id in entries:
         all_counted = every.get(type)
         if all_counted is None:
             all_counted = every[type] = _every_job_counted(tr, type)
         if all_counted or counted(tr, type, job_id):
-            for prefix in _buckets(type, band, stime):
-                tally[prefix] = tally.get(prefix, 0) + n
+            at = (type, band, stime)
+            times[at] = times.get(at, 0) + n
+    tally: dict[bytes, int] = {}
+    for at, total in times.items():
+        for prefix in _buckets(*at):
+            tally[prefix] = tally.get(prefix, 0) + total
     s = pack_int(shard(tr))
     for prefix, total in tally.items():
         if total:

@@ -286,7 +286,7 @@ def watches_activity_range(type: str) -> tuple[bytes, bytes]:
 
 
 def timeout_key(type: str) -> bytes:
-    return ACTIVITY_TIMEOUT.pack((type,))
+    return _prefix(ACTIVITY_TIMEOUT, type)  # (cached: every add reads it)
 
 
 def activity_key(type: str, seq) -> bytes:
