@@ -61,8 +61,10 @@ class Turn:
             else:
                 _open_turns.add(self)
         self._held = False
-        self._wanted = False  # waiting for the turn (a thread blocked on the lock)
-        self._waiter: threading.Thread | None = None
+        self._wanted = False  # waiting for the turn
+        self._ready = threading.Condition(self._lock)  # (the waiting thread's: wanted, or closed)
+        self._waiter: threading.Thread | None = None  # started at the first wait, then kept
+        self._blocked = False  # the waiting thread is (or is about to be) blocked on the lock
         self._notify: threading.Event | None = None
         self._closed = False
         self.taken = 0  # turns held, over this processor's life
@@ -77,13 +79,13 @@ class Turn:
         with self._lock:
             if self._alone or self._held:
                 return True
-            if self._closed or self._waiter is not None:
+            if self._closed or self._blocked:
                 return False  # (the waiting thread takes it when it comes)
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return False
-            self._held = True
+            self._held, self._wanted = True, False  # (a waiting thread not blocked yet waits on)
             self.taken += 1
             return True
 
@@ -99,20 +101,31 @@ class Turn:
             if self._waiter is None:
                 self._waiter = threading.Thread(target=self._wait_for_lock, name="jobs-turn", daemon=True)
                 self._waiter.start()
+            else:
+                self._ready.notify()
 
     def _wait_for_lock(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        with self._lock:
-            self._waiter = None
-            if not self._wanted or self._closed:  # (taken jobs or stopped meanwhile: pass it on)
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        """The waiting thread, one per Turn for its life: blocks on the lock each time the
+        turn is wanted, until closed (no thread started per wait)."""
+        while True:
+            with self._lock:
+                while not self._wanted and not self._closed:
+                    self._ready.wait()
                 if self._closed:
+                    self._waiter = None
                     self._close_fd()
-                return
-            self._held, self._wanted = True, False
-            self.taken += 1
-            event = self._notify
-        event.set()
+                    return
+                self._blocked = True  # (take() leaves the lock to this thread from here)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            with self._lock:
+                self._blocked = False
+                if not self._wanted or self._closed:  # (took jobs or stopped meanwhile: pass it on)
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    continue
+                self._held, self._wanted = True, False
+                self.taken += 1
+                event = self._notify
+            event.set()
 
     def release(self) -> None:
         """Give the turn up (this processor is busy), and stop waiting for it."""
@@ -130,8 +143,9 @@ class Turn:
             if self._held:
                 self._held = False
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
-            if self._waiter is None:  # (else the waiting thread closes it once it wakes)
+            if not self._blocked:  # (else the waiting thread closes it once the lock comes)
                 self._close_fd()
+            self._ready.notify()  # (a waiting thread ends)
 
     def _close_fd(self) -> None:
         _open_turns.discard(self)
@@ -146,8 +160,9 @@ class Turn:
         """(In a forked child.)  The lock belongs to the parent: close the inherited
         descriptor without unlocking, so that the lock goes with the parent's last one
         (a child outliving a dead holder would keep the turn taken)."""
-        self._closed, self._held, self._wanted, self._waiter = True, False, False, None
+        self._closed, self._held, self._wanted, self._waiter, self._blocked = True, False, False, None, False
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         self._close_fd()
 
 

@@ -152,6 +152,26 @@ def test_a_turn_goes_to_the_waiter_when_its_holder_releases_it(path):
     second.close()
 
 
+def test_one_thread_waits_for_the_turn_over_many_hand_overs_and_ends_at_close(path):
+    first, second = Turn(path), Turn(path)
+    assert first.take()
+    threads = set()
+    for _ in range(5):  # the turn goes back and forth: each waits with its one thread
+        waiter, holder = (second, first) if first.held else (first, second)
+        came = threading.Event()
+        waiter.wait(came)
+        holder.release()
+        assert came.wait(DEADLINE) and waiter.held and not holder.held
+        threads.add(waiter._waiter)
+    assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    first.close()
+    second.close()
+    for thread in threads:
+        thread.join(DEADLINE)
+        assert not thread.is_alive()
+    assert first._fd is None and second._fd is None
+
+
 def test_a_waiter_that_stopped_wanting_the_turn_passes_it_on(path):
     holder, busy, idle = Turn(path), Turn(path), Turn(path)
     assert holder.take()
