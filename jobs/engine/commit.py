@@ -73,6 +73,8 @@ def write_ranges(log: list, no_conflict: set, stamp: bytes, extra_writes: list) 
     touch, which a conflict check takes as it takes one range): merged only with ranges."""
     if no_conflict:
         log = [m for i, m in enumerate(log) if i not in no_conflict]
+    elif len(log) == 1 and log[0][0] == "set" and not extra_writes:  # (one key set: at once)
+        return [(log[0][1], log[0][1] + b"\x00")]
     points = {m[1] for m in log if m[0] == "set"}  # (the commonest, in one pass)
     spans = []
     for m in [m for m in log if m[0] != "set"]:
