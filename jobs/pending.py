@@ -22,7 +22,7 @@ import struct
 import time
 import uuid
 import weakref
-from itertools import takewhile
+from bisect import bisect_left
 
 from . import counts, keys, wakeups
 from .codec import pack_str
@@ -203,8 +203,7 @@ def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = Fal
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     picked: list[bytes] = []
     for priority, head in queue_bands(tr, queue, window, legacy, _seen(tr)):
-        end = _due_end(queue, priority, max_stime)
-        due = list(takewhile(lambda key: key < end, head))
+        due = head[:bisect_left(head, _due_end(queue, priority, max_stime))]  # (a head is sorted)
         if not due:
             continue  # only future jobs in this band: the next one may have due jobs
         if limit == 1:
@@ -219,8 +218,7 @@ def pick_one(tr, queue: bytes, max_stime: float) -> tuple[bytes | None, bool]:
     """One due key of the queue whose prefix is ``queue`` (as :func:`pick_from`), and
     whether the head read showed other keys in the queue (False: maybe none)."""
     for priority, head in queue_bands(tr, queue, SAMPLE, seen=_seen(tr)):
-        end = _due_end(queue, priority, max_stime)
-        due = list(takewhile(lambda key: key < end, head))
+        due = head[:bisect_left(head, _due_end(queue, priority, max_stime))]  # (a head is sorted)
         if due:
             return random.choice(due), len(head) > 1
     return None, False
