@@ -58,6 +58,34 @@ def _accept_finish(db, n: int) -> None:
         jobs.finish(db, jobs.accept(db, TYPE, timeout=0))
 
 
+BATCH = 32  # jobs per accept_many and finish_many call (the Processor's usual batch)
+
+
+def _accept_batches(db, n: int) -> list:
+    """``n`` due jobs taken by ``accept_many`` calls of BATCH."""
+    taken = []
+    while len(taken) < n:
+        batch = jobs.accept_many(db, TYPE, min(BATCH, n - len(taken)), timeout=0)
+        if not batch:
+            raise RuntimeError(f"{len(taken)} jobs accepted of {n}: none due")
+        taken += batch
+    return taken
+
+
+def _accept_many(db, n: int) -> None:
+    _accept_batches(db, n)
+
+
+def _accept_many_finish_many(db, n: int) -> None:
+    taken = _accept_batches(db, n)
+    for start in range(0, n, BATCH):
+        jobs.finish_many(db, taken[start:start + BATCH])
+
+
+def _add_many_with_data(db, n: int) -> None:
+    jobs.add_many(db, TYPE, [(f"d{i:09d}", {"i": i}) for i in range(n)])
+
+
 def _nothing_due(db, n: int) -> None:
     for _ in range(n):
         if jobs.accept(db, TYPE, timeout=0) is not None:
@@ -141,7 +169,10 @@ OPS = {
     "add": (_add, False, "jobs.add, one per transaction"),
     "sqlite-add": (_sqlite_add, False, "the SQLite statements of an add, bare (no engine, no layer)"),
     "add_many": (_add_many, False, "jobs.add_many, per job (1,000 per transaction)"),
+    "add_many-data": (_add_many_with_data, False, "the same, each job with data {\"i\": i}"),
     "accept+finish": (_accept_finish, True, "jobs.accept then jobs.finish, a transaction each"),
+    "accept_many": (_accept_many, True, f"jobs.accept_many of {BATCH}, per job"),
+    "accept_many+finish_many": (_accept_many_finish_many, True, f"the same, then jobs.finish_many of {BATCH}, per job"),
     "accept-empty": (_nothing_due, False, "jobs.accept finding nothing due (reads, arms its watches)"),
     "idle-after-outcome": (_idle_after_outcome, False,
                            "an accept writing an outcome finds nothing, then its watch is set"),

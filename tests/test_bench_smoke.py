@@ -3,6 +3,7 @@ queue only: no servers, no peers' venv.  Not a benchmark: nothing here is timed.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -10,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+
+import jobs
 
 from bench import compare
 from bench.peers import record
@@ -160,3 +163,19 @@ def test_latency_bench_runs_both_ways(capsys, monkeypatch):
         assert waited(cells[4]), row  # at least the take's and the outcome's commits, 2 ms each
     with pytest.raises(SystemExit):
         latency.main(["--steady", "0"])
+
+
+@pytest.mark.parametrize("op", ["add_many-data", "accept_many", "accept_many+finish_many"])
+def test_the_batched_instruction_ops_do_what_they_count(tmp_path, op):
+    """The batched operations run as counted (here without valgrind): every job added,
+    taken or finished."""
+    from bench import instructions
+
+    n = 2 * instructions.BATCH + 5  # (a last batch shorter than the others)
+    url = instructions._prepare(str(tmp_path / "store.sqlite"), n if instructions.OPS[op][1] else 0)
+    instructions.child(op, url, n)
+    with jobs.open(url) as db:
+        states = collections.Counter(j.state for j in jobs.get_jobs(db, instructions.TYPE))
+    want = {"add_many-data": {"pending": n}, "accept_many": {"running": n},
+            "accept_many+finish_many": {"finished": n}}[op]
+    assert dict(states) == want
