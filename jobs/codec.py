@@ -245,18 +245,18 @@ def unpack_flat(raw: bytes) -> tuple | None:
         if code == 0x00:
             fields.append(None)
             pos += 1
-        elif code == _BYTES:
-            value, pos = _read_bytes(raw, pos + 1)
-            fields.append(value)
-        elif code == _STR:
-            value, pos = _read_bytes(raw, pos + 1)
-            fields.append(value.decode())
+        elif code == _BYTES or code == _STR:
+            end = raw.index(b"\x00", pos + 1)
+            if end + 1 < n and raw[end + 1] == 0xFF:  # (an escaped 0x00 inside)
+                value, pos = _read_bytes(raw, pos + 1)
+            else:
+                value, pos = raw[pos + 1:end], end + 1
+            fields.append(value if code == _BYTES else value.decode())
         elif code == _DOUBLE:
-            body = raw[pos + 1:pos + 9]
-            if len(body) != 8:
+            if pos + 9 > n:
                 return None
-            body = bytes((body[0] ^ 0x80,)) + body[1:] if body[0] & 0x80 else bytes(b ^ 0xFF for b in body)
-            fields.append(_DOUBLE_BE.unpack(body)[0])
+            bits = _U64_BE.unpack_from(raw, pos + 1)[0]
+            fields.append(_DOUBLE_BE.unpack(_U64_BE.pack(bits ^ _SIGN_BIT if bits >> 63 else bits ^ _ALL_BITS))[0])
             pos += 9
         elif code in (0x26, 0x27):
             fields.append(code == 0x27)

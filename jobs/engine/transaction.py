@@ -39,9 +39,6 @@ class Transaction(TransactionRead):
 
     # --- writes ------------------------------------------------------------------------
 
-    def _account(self, *parts: bytes) -> None:
-        self._size += sum(map(len, parts)) + 16
-
     def _log_write(self, entry: tuple) -> None:
         if self._next_no_conflict:  # (next_write_no_write_conflict_range)
             self._next_no_conflict = False
@@ -73,7 +70,7 @@ class Transaction(TransactionRead):
             self._log_write(("set", key, value))
         else:
             self._log.append(("set", key, value))
-        self._size += len(key) + len(value) + 16  # (as _account)
+        self._size += len(key) + len(value) + 16  # (a mutation's size: its bytes, and 16 more)
         if self._watches:
             self._own_write_seen(key, None, value)
 
@@ -81,11 +78,12 @@ class Transaction(TransactionRead):
 
     def clear(self, key) -> None:
         self._check_usable()
-        key = to_key(key)
+        if type(key) is not bytes:
+            key = to_key(key)
         check_write_key(key)
         self._writes[key] = (_CLEAR, None)
         self._log_write(("clear", key))
-        self._account(key)
+        self._size += len(key) + 16
         if self._watches:
             self._own_write_seen(key, None, None)
 
@@ -102,7 +100,7 @@ class Transaction(TransactionRead):
             del self._writes[k]
         self._cleared = merge_ranges(self._cleared + [(begin, end)])
         self._log_write(("clear_range", begin, end))
-        self._account(begin, end)
+        self._size += len(begin) + len(end) + 16
         if self._watches:
             self._own_write_seen(begin, end, None)
 
@@ -137,7 +135,7 @@ class Transaction(TransactionRead):
             value = ATOMIC_OPS[op](entry[1], param)
             self._writes[key] = (_SET, value) if value is not None else (_CLEAR, None)
         self._log_write(("atomic", op, key, param))
-        self._size += len(key) + len(param) + 16  # (as _account)
+        self._size += len(key) + len(param) + 16
         if self._watches:
             self._own_write_seen(key, None, _UNKNOWN)
 
@@ -175,25 +173,31 @@ class Transaction(TransactionRead):
         """Set a key whose 10 bytes at the offset in the key's last 4 bytes (little-endian)
         are replaced at commit by the transaction's versionstamp."""
         self._check_usable()
-        key, value = to_key(key), to_value(value)
+        if type(key) is not bytes:
+            key = to_key(key)
+        if type(value) is not bytes:
+            value = to_value(value)
         check_stamp_param(key)
         check_write_key(key[:-4])
         check_value(value)
         self._unreadable.append(stamped_key_span(key, self._rv or 0))
         self._log_write(("stamp_key", key, value))
-        self._account(key, value)
+        self._size += len(key) + len(value) + 16
 
     def set_versionstamped_value(self, key, value) -> None:
         """Set ``key`` to ``value`` with its 10 bytes at the offset in the value's last 4
         bytes replaced at commit by the versionstamp.  Unreadable until then."""
         self._check_usable()
-        key, value = to_key(key), to_value(value)
+        if type(key) is not bytes:
+            key = to_key(key)
+        if type(value) is not bytes:
+            value = to_value(value)
         check_write_key(key)
         check_stamp_param(value)
         check_value(value[:-4])
         self._writes[key] = (_UNREADABLE, None)
         self._log_write(("stamp_value", key, value))
-        self._account(key, value)
+        self._size += len(key) + len(value) + 16
         if self._watches:
             self._own_write_seen(key, None, _UNKNOWN)
 
