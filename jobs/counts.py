@@ -177,13 +177,17 @@ class Tally:
     """State changes of many jobs summed in Python and written as one add per counter
     (``write``): :meth:`changed` is :func:`changed` for a batch of finishes."""
 
-    __slots__ = ("_sums",)
+    __slots__ = ("_sums", "_every")
 
     def __init__(self):
         self._sums: dict[tuple[str, str], int] = {}
+        self._every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
 
     def changed(self, tr, type: str, job_id: str, state: str, n: int) -> None:
-        if counted(tr, type, job_id):
+        every = self._every.get(type)
+        if every is None:
+            every = self._every[type] = _every_job_counted(tr, type)
+        if every or counted(tr, type, job_id):
             self._sums[(type, state)] = self._sums.get((type, state), 0) + n
 
     def write(self, tr) -> None:

@@ -28,7 +28,9 @@ _fallback = itertools.count()
 def _new_seq(tr) -> Versionstamp:
     """An incomplete versionstamp unique within ``tr`` (its user version counts up)."""
     try:
-        counter = _stamps.setdefault(tr, itertools.count())
+        counter = _stamps.get(tr)  # (not setdefault: that makes a weak reference each call)
+        if counter is None:
+            counter = _stamps[tr] = itertools.count()
     except TypeError:  # a transaction that cannot be weak-referenced: a process-wide count
         counter = _fallback
     return Versionstamp(user_version=next(counter) % _USER_VERSIONS)
