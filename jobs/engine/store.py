@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import weakref
 
 from . import errors as E
 from .atomic import sql_atomic
@@ -90,6 +91,10 @@ class EmbeddedDatabase:
         if not create and not os.path.exists(self.path):
             raise StoreFileError(f"store file {self.path!r} does not exist")
         self._forks = _forks  # (another count in a forked child: see _after_fork)
+        # Kept for the store's life: a weak reference made to it later (the job layer's
+        # caches key on the store, in weak dictionaries and sets) is then this one, not a
+        # new object for every lookup.
+        self._ref = weakref.ref(self)
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._thread_lock = threading.Lock()
