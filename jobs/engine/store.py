@@ -37,8 +37,8 @@ def _bind_bytes_directly() -> None:
     """Give ``bytes`` an adapter that returns the value itself.  Python's ``sqlite3``
     binds int, float, str and bytearray parameters as they are, but looks for an adapter
     for a ``bytes`` one: without one registered it tries ``__adapt__`` and ``__conform__``
-    and formats two AttributeErrors, about 1,400 instructions a parameter, on every key and
-    value the engine binds (ten a job added in bulk).  With an adapter, a lookup finds it
+    and formats two AttributeErrors, for every key and value the engine binds (ten a job
+    added in bulk).  With an adapter, a lookup finds it
     and ``bytes(value)`` gives the same object back.  Process-wide, and nothing else
     changes: it applies to exact ``bytes`` only (not subclasses), and an adapter someone
     registered already is kept."""
