@@ -10,6 +10,7 @@ their activity keys stay distinct (in couch_jobs the second would overwrite the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
 
@@ -33,7 +34,14 @@ def _new_seq(tr) -> Versionstamp:
             counter = _stamps[tr] = itertools.count()
     except TypeError:  # a transaction that cannot be weak-referenced: a process-wide count
         counter = _fallback
-    return Versionstamp(user_version=next(counter) % _USER_VERSIONS)
+    return _incomplete(next(counter) % _USER_VERSIONS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _incomplete(user_version: int) -> Versionstamp:
+    """The incomplete versionstamp of ``user_version``, made once (the bindings' class
+    checks its arguments in Python on every construction; nothing changes one after)."""
+    return Versionstamp(user_version=user_version)
 
 
 def get(tr, type: str, job_id: str) -> Row | None:
