@@ -92,7 +92,7 @@ def encode_row(row: Row) -> bytes:
 def encode_new_row(stime: float, data: bytes, priority: int) -> bytes:
     """``encode_row(Row(None, None, stime, False, data, priority=priority))`` (a new
     unkeyed pending job's row) without making the Row: ``add_many`` writes thousands."""
-    return b"".join((_NONE, _NONE, pack_double(stime), _FALSE, _pack_bytes(data), _NONE, _tail(None, priority)))
+    return _pack_fields(_NONE, None, stime, False, data, None, None, priority)
 
 
 def encode_stamped_row(row: Row, seq: Versionstamp) -> bytes:
@@ -185,14 +185,21 @@ def _pack_row(seq, row: Row) -> bytes:
     fast = fast and type(row.priority) is int and row.key is None and row.slots is None
     if not fast or row.lost is not None or not (row.worker is None or isinstance(row.worker, str)):
         return head + fdb_tuple.pack(fields_of(row))  # a tuple's bytes: its elements' in a row
+    return _pack_fields(head, row.lock, row.stime, row.resubmit, row.data, row.last_lock, row.worker, row.priority)
+
+
+def _pack_fields(head: bytes, lock, stime: float, resubmit: bool, data: bytes, last_lock, worker,
+                 priority: int) -> bytes:
+    """The fast path's bytes of a row of the usual shape (no Lost, key or slots), after
+    ``head`` (its Seq, packed)."""
     return b"".join((
         head,
-        _NONE if row.lock is None else _pack_bytes(row.lock),
-        pack_double(row.stime),
-        _TRUE if row.resubmit else _FALSE,
-        _pack_bytes(row.data),
-        _NONE if row.last_lock is None else _pack_bytes(row.last_lock),
-        _tail(row.worker, row.priority),
+        _NONE if lock is None else _pack_bytes(lock),
+        pack_double(stime),
+        _TRUE if resubmit else _FALSE,
+        _pack_bytes(data),
+        _NONE if last_lock is None else _pack_bytes(last_lock),
+        _tail(worker, priority),
     ))
 
 

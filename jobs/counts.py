@@ -90,6 +90,15 @@ def _every_job_counted(tr, type: str) -> bool:
     return db in keys.LAYOUT.checked and type in _counted.get(db, ())
 
 
+def counted_in_batch(tr, type: str, job_id: str, every: dict[str, bool]) -> bool:
+    """:func:`counted` for one job of a batch: whether every job of the type is counted is
+    asked once a type (``every``: type -> the answer, kept by the caller for the batch)."""
+    all_counted = every.get(type)
+    if all_counted is None:
+        all_counted = every[type] = _every_job_counted(tr, type)
+    return all_counted or counted(tr, type, job_id)
+
+
 def counted(tr, type: str, job_id: str) -> bool:
     """Whether the changes ``tr`` makes to the job are counted: always, unless the type's
     jobs are being counted (``recount.py``) and the count has not reached this one yet."""
@@ -145,12 +154,9 @@ def taken(tr, picked: list[bytes]) -> None:
 def _add_summed(tr, entries: list[tuple[str, int, float, str]], n: int) -> None:
     """Count ``n`` for each pending entry ``(type, band, stime, job_id)``, summed by counter."""
     times: dict[tuple, int] = {}  # (type, band, stime) -> entries counted (a batch shares a few)
-    every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
+    every: dict[str, bool] = {}
     for type, band, stime, job_id in entries:
-        all_counted = every.get(type)
-        if all_counted is None:
-            all_counted = every[type] = _every_job_counted(tr, type)
-        if all_counted or counted(tr, type, job_id):
+        if counted_in_batch(tr, type, job_id, every):
             at = (type, band, stime)
             times[at] = times.get(at, 0) + n
     tally: dict[bytes, int] = {}
@@ -184,10 +190,7 @@ class Tally:
         self._every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
 
     def changed(self, tr, type: str, job_id: str, state: str, n: int) -> None:
-        every = self._every.get(type)
-        if every is None:
-            every = self._every[type] = _every_job_counted(tr, type)
-        if every or counted(tr, type, job_id):
+        if counted_in_batch(tr, type, job_id, self._every):
             self._sums[(type, state)] = self._sums.get((type, state), 0) + n
 
     def write(self, tr) -> None:
