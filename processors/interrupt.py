@@ -80,7 +80,9 @@ class Interruptible:
             finally:
                 with self._lock:
                     self._running = False
-                _set_async_exc(self._ident, None)  # one raised too late is dropped
+                    raised = self.interrupted  # (none is raised once not running)
+                if raised:
+                    _set_async_exc(self._ident, None)  # one raised too late is dropped
         except BaseException as exc:  # noqa: BLE001 - an interrupt delivered during the cleanup
             return None, exc
 

@@ -31,6 +31,9 @@ from . import behaviors
 from .interrupt import shielded
 
 
+_ids_lock = threading.Lock()  # draws of run ids
+
+
 class RunState:
     """Where one run is.  ``halted`` is an Event so that any thread reads it without the
     lock; only the transitions below set it."""
@@ -133,13 +136,22 @@ class Run:
     def __init__(self, db, job: jobs.Job, beat_every: float):
         self.db = db
         self.job = job
-        self.id = uuid.uuid4().hex  # this run of the job (a re-run elsewhere gets another)
+        self._id: str | None = None  # (drawn when first asked: few handlers ask)
         self.params, self.task = behaviors.split(job.data)
         self.beat_every = beat_every
         self.next_beat = time.monotonic() + beat_every
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
         self.queued_at = 0.0  # (monotonic) when its outcome was queued for the group commit
         self.state = RunState(f"job {job.type}/{job.id}")
+
+    @property
+    def id(self) -> str:
+        """Unique to this run of the job (a re-run, here or elsewhere, gets another)."""
+        if self._id is None:
+            with _ids_lock:  # (not the run's lock: an on_commit hook asks under it)
+                if self._id is None:
+                    self._id = uuid.uuid4().hex
+        return self._id
 
     @property
     def halted(self) -> threading.Event:

@@ -527,6 +527,26 @@ def _count_output(tr, space, job_id):
     tr.add(space.pack((job_id,)), (1).to_bytes(8, "little"))
 
 
+def test_run_id_is_one_per_run_and_can_be_asked_in_on_commit(db):
+    """A run's id is the same whenever asked, also first inside its ``on_commit`` write
+    (which runs under the run's lock), and another for the next run of the same job."""
+    p = Processor(db)
+    seen = []
+
+    @p.handler("t", timeout=10, retry=Retry(max_attempts=2, backoff=0.01, max_backoff=0.01))
+    def handler(ctx):
+        if ctx.attempt == 1:
+            seen.append((ctx.run_id, ctx.run_id))
+            raise RuntimeError("once more")
+        ctx.on_commit(lambda tr: seen.append((ctx.run_id, ctx.run_id)))
+        return {"done": True}
+
+    with running(p):
+        assert p.submit("t").result(DEADLINE) == {"done": True}
+    assert len(seen) == 2 and all(a == b and len(a) == 32 for a, b in seen)
+    assert seen[0][0] != seen[1][0]
+
+
 def _outputs(db, space) -> dict:
     r = space.range()
     return {space.unpack(kv.key)[0]: int.from_bytes(kv.value, "little") for kv in db.get_range(r.start, r.stop)}
