@@ -30,18 +30,34 @@ from jobs import Halt
 from . import behaviors
 from .interrupt import shielded
 
-
 _ids_lock = threading.Lock()  # draws of run ids
 
 
+class Flag:
+    """A flag any thread reads without a lock (set once, never cleared): an Event's
+    ``is_set``/``set`` without the condition and lock an Event makes, one a job, for a
+    flag nobody waits on."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self):
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+
 class RunState:
-    """Where one run is.  ``halted`` is an Event so that any thread reads it without the
-    lock; only the transitions below set it."""
+    """Where one run is.  ``halted`` is a :class:`Flag` so that any thread reads it without
+    the lock; only the transitions below set it."""
 
     def __init__(self, what: str):
         self._what = what  # "job TYPE/ID", for Halt's message
         self._lock = threading.Lock()
-        self.halted = threading.Event()
+        self.halted = Flag()
         self._started = False  # its handler was called (else it was only prefetched)
         self._finishing = False  # its outcome is queued or being written (no more heartbeats)
         self._stopper = None  # stops the running handler (None: none running, or not stoppable)
@@ -154,7 +170,7 @@ class Run:
         return self._id
 
     @property
-    def halted(self) -> threading.Event:
+    def halted(self) -> Flag:
         return self.state.halted
 
     def update(self, data: dict | None) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 
 from . import behaviors
@@ -62,12 +63,33 @@ def _tracer():
     global _cached
     if not AVAILABLE:
         return None
-    provider = _configured if _configured is not None else trace.get_tracer_provider()
-    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+    provider = _configured if _configured is not None else _global_provider()
+    if provider is None or isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return None  # nobody configured the SDK: nothing would be recorded
     if _cached[0] is not provider:
         _cached = (provider, provider.get_tracer(TRACER_NAME))
     return _cached[1]
+
+
+_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"  # the API's variable naming a provider to load
+_env_names_provider: bool | None = None  # whether it was set (looked up once, when first needed)
+
+
+def _global_provider():
+    """``trace.get_tracer_provider()``, or None while no provider is set.  Until one is,
+    the API looks its variable up in ``os.environ`` at every call (a failing lookup
+    raises and catches a KeyError inside ``os.environ``: three times a job for a worker
+    that does not trace); here that is done once, as the SDK reads its configuration
+    from the environment when the process starts."""
+    global _env_names_provider
+    provider = getattr(trace, "_TRACER_PROVIDER", trace)
+    if provider is trace:  # (an API without that global: ask it every time)
+        return trace.get_tracer_provider()
+    if provider is not None:
+        return provider
+    if _env_names_provider is None:
+        _env_names_provider = _ENV_PROVIDER in os.environ
+    return trace.get_tracer_provider() if _env_names_provider else None
 
 
 # --- enqueue --------------------------------------------------------------------------

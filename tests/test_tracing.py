@@ -253,3 +253,19 @@ def test_a_failing_tracer_never_stops_a_worker(db, exporter, monkeypatch, caplog
     assert p.stats["succeeded"] == 1 and p.stats["errors"] == 0
     logged = caplog.text
     assert "tracing the accept of 1 job(s) failed" in logged and "tracing job sturdy/" in logged
+
+
+def test_a_tracer_provider_named_in_the_environment_is_used():
+    _python(
+        "import os\n"
+        "os.environ['OTEL_PYTHON_TRACER_PROVIDER'] = 'sdk_tracer_provider'\n"
+        "from opentelemetry import trace\n"
+        "from processors import tracing\n"
+        "from processors.behaviors import TASK_KEY, TRACE\n"
+        "assert tracing._tracer() is not None  # (the processor's the first to ask: it loads it)\n"
+        "assert type(trace.get_tracer_provider()).__module__.startswith('opentelemetry.sdk')\n"
+        "with trace.get_tracer('app').start_as_current_span('request') as span:\n"
+        "    carried = tracing.carry({'x': 1})\n"
+        "traceparent = carried[TASK_KEY][TRACE]['traceparent']\n"
+        "assert traceparent.split('-')[1] == format(span.get_span_context().trace_id, '032x')\n"
+    )
