@@ -47,6 +47,7 @@ from typing import NamedTuple
 import orjson
 
 from .engine import Versionstamp, pack_versionstamp, value_of
+from .engine.fdbapi import versionstamp_at
 from .engine import tuple as fdb_tuple
 from .errors import JobDataError, StoreError
 
@@ -149,7 +150,8 @@ def fields_of(row: Row) -> tuple:
 # (tests/test_codec.py checks them against it).  A row with a Lost field (rare: only jobs
 # whose worker was lost) takes the tuple layer both ways.
 
-_NONE, _BYTES, _STR, _DOUBLE, _FALSE, _TRUE, _STAMP = b"\x00", 0x01, 0x02, 0x21, b"\x26", b"\x27", 0x33
+_NONE, _FALSE, _TRUE = b"\x00", b"\x26", b"\x27"  # (codes: None, False, True; bytes 0x01, str 0x02,
+# double 0x21, versionstamp 0x33)
 _ZERO = 0x14  # the int 0; ints of n bytes (n <= 8) have codes 0x14 +- n
 _DOUBLE_BE = struct.Struct(">d")
 _U64_BE, _CODE_U64_BE = struct.Struct(">Q"), struct.Struct(">BQ")
@@ -244,44 +246,53 @@ def _unpack_row(raw: bytes) -> tuple | None:
 def unpack_flat(raw: bytes) -> tuple | None:
     """The elements of a packed tuple of None, bytes, str, float, bool, int and
     versionstamps (no nesting), as the tuple layer reads them; None for any other shape
-    (left to the tuple layer).  For rows and keys read on every job operation."""
+    (left to the tuple layer).  For rows and keys read on every job operation (the codes
+    are literals, and methods bound once: this loop is the row's decoding cost)."""
     fields = []
+    append, index = fields.append, raw.index
     pos, n = 0, len(raw)
     while pos < n:
         code = raw[pos]
         if code == 0x00:
-            fields.append(None)
+            append(None)
             pos += 1
-        elif code == _BYTES or code == _STR:
-            end = raw.index(b"\x00", pos + 1)
+        elif code == 0x01 or code == 0x02:  # bytes, str
+            end = index(b"\x00", pos + 1)
             if end + 1 < n and raw[end + 1] == 0xFF:  # (an escaped 0x00 inside)
                 value, pos = _read_bytes(raw, pos + 1)
             else:
                 value, pos = raw[pos + 1:end], end + 1
-            fields.append(value if code == _BYTES else value.decode())
-        elif code == _DOUBLE:
+            append(value if code == 0x01 else value.decode())
+        elif code == 0x21:  # double
             if pos + 9 > n:
                 return None
-            bits = _U64_BE.unpack_from(raw, pos + 1)[0]
-            fields.append(_DOUBLE_BE.unpack(_U64_BE.pack(bits ^ _SIGN_BIT if bits >> 63 else bits ^ _ALL_BITS))[0])
+            if raw.startswith(_PACKED_ZERO, pos):  # (the time of most jobs: due at once)
+                append(0.0)
+                pos += 9
+                continue
+            bits = _unpack_u64(raw, pos + 1)[0]
+            append(_unpack_double(_pack_u64(bits ^ _SIGN_BIT if bits >> 63 else bits ^ _ALL_BITS))[0])
             pos += 9
-        elif code in (0x26, 0x27):
-            fields.append(code == 0x27)
+        elif code == 0x26 or code == 0x27:  # False, True
+            append(code == 0x27)
             pos += 1
-        elif _ZERO - 8 <= code <= _ZERO + 8:
+        elif 0x0C <= code <= 0x1C:  # an int of up to 8 bytes
             read = read_int(raw, pos)
             if read is None:
                 return None
             value, pos = read
-            fields.append(value)
-        elif code == _STAMP:
+            append(value)
+        elif code == 0x33:  # versionstamp
             if n < pos + 13:
                 return None
-            fields.append(Versionstamp.from_bytes(raw, pos + 1))
+            append(versionstamp_at(raw, pos + 1))
             pos += 13
         else:
             return None
     return tuple(fields)
+
+
+_unpack_u64, _pack_u64, _unpack_double = _U64_BE.unpack_from, _U64_BE.pack, _DOUBLE_BE.unpack
 
 
 # --- job data ----------------------------------------------------------------------------

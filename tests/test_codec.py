@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from jobs.codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
 from jobs.engine import Versionstamp
 from jobs.engine import tuple as fdb_tuple
+from jobs.engine.fdbapi import versionstamp_at
 from jobs.errors import StoreError
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=20))
@@ -36,6 +39,16 @@ def test_rows_encode_as_the_tuple_layer_does_and_read_back(row):
     assert raw == tuple_layer_bytes(fields)
     assert fdb_tuple.unpack(raw) == fields  # the bindings' own decoder agrees
     assert decode_row(raw) == row
+    assert math.copysign(1.0, decode_row(raw).stime) == math.copysign(1.0, row.stime)  # (-0.0 is not 0.0)
+
+
+@given(st.binary(min_size=10, max_size=10) | st.just(b"\xff" * 10), st.integers(0, 0xFFFF))
+def test_a_stamp_reads_as_the_bindings_read_it(tr_version, user_version):
+    raw = b"\x33" + tr_version + user_version.to_bytes(2, "big")
+    ours, theirs = versionstamp_at(raw, 1), Versionstamp.from_bytes(raw, 1)
+    assert type(ours) is Versionstamp and ours == theirs and hash(ours) == hash(theirs)
+    assert (ours.tr_version, ours.user_version, ours.is_complete()) == \
+        (theirs.tr_version, theirs.user_version, theirs.is_complete())
 
 
 @given(doubles.filter(lambda t: t >= 0), st.binary(max_size=50), st.integers(-(1 << 63), (1 << 63) - 1))
