@@ -41,7 +41,6 @@ import math
 import os
 import struct
 import time
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import orjson
@@ -64,8 +63,11 @@ class Lost(NamedTuple):
     at: float  # when the monitor re-enqueued the job, seconds since the epoch
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
+    """A job's row, as stored (``fields_of``).  A named tuple, not a frozen dataclass:
+    four are made for each job accepted and finished, and a dataclass's construction costs
+    a call per field.  Internal: compared only with rows, changed with ``_replace``."""
+
     seq: Versionstamp | None
     lock: bytes | None
     stime: float
@@ -130,7 +132,7 @@ def _with_lost(row: Row) -> Row:
     count, worker, at = row.lost
     if not (type(count) is int and (worker is None or isinstance(worker, str)) and isinstance(at, float)):
         raise ValueError(f"bad lost-worker field {row.lost!r:.100}")
-    return replace(row, lost=Lost(*row.lost))
+    return row._replace(lost=Lost(*row.lost))
 
 
 def fields_of(row: Row) -> tuple:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import NamedTuple
 
 from . import ahead, checks, finished as finished_index, keys, pending, rows
@@ -95,7 +94,7 @@ def _add_row(tr, type: str, job: _Checked, row) -> None:
     if state == "pending" and (row.stime, row.priority, row.key) == (stime, priority, key):
         return
     if state == "running":
-        rows.put(tr, type, job_id, replace(row, stime=stime, priority=priority, key=key, resubmit=True))
+        rows.put(tr, type, job_id, row._replace(stime=stime, priority=priority, key=key, resubmit=True))
         return
     if state == "pending":
         pending.remove(tr, type, row.priority, row.stime, job_id, row.key)

@@ -98,7 +98,7 @@ def update(tr, job: Job, data: dict | None = None) -> Job:
         if row is None or row.lock != job.lock:
             raise _halt(job)
         rows.clear_activity(tr, job.type, row)
-        rows.put_running(tr, job.type, job.id, row if raw is None else replace(row, data=raw))
+        rows.put_running(tr, job.type, job.id, row if raw is None else row._replace(data=raw))
         return replace(job, data=job.data if data is None else data, resubmitted=row.resubmit)
 
     return within_store(tr, body)
@@ -229,7 +229,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
         new_stime = row.stime if stime is None else stime
         new_priority = row.priority if priority is None else priority
         if row.state == "running":
-            rows.put(tr, job.type, job.id, replace(row, stime=new_stime, priority=new_priority, resubmit=True))
+            rows.put(tr, job.type, job.id, row._replace(stime=new_stime, priority=new_priority, resubmit=True))
         elif (row.state == "finished" or (new_stime, new_priority) != (row.stime, row.priority)
               or (raw is not None and raw != row.data)):
             if row.state == "pending":
