@@ -45,8 +45,7 @@ from typing import NamedTuple
 
 import orjson
 
-from .engine import Versionstamp, pack_versionstamp, value_of
-from .engine.fdbapi import versionstamp_at
+from .engine import Versionstamp, pack_versionstamp, value_of, versionstamp_at
 from .engine import tuple as fdb_tuple
 from .errors import JobDataError, StoreError
 
@@ -152,8 +151,7 @@ def fields_of(row: Row) -> tuple:
 # (tests/test_codec.py checks them against it).  A row with a Lost field (rare: only jobs
 # whose worker was lost) takes the tuple layer both ways.
 
-_NONE, _FALSE, _TRUE = b"\x00", b"\x26", b"\x27"  # (codes: None, False, True; bytes 0x01, str 0x02,
-# double 0x21, versionstamp 0x33)
+_NONE, _FALSE, _TRUE = b"\x00", b"\x26", b"\x27"  # (unpack_flat spells out the codes it reads)
 _ZERO = 0x14  # the int 0; ints of n bytes (n <= 8) have codes 0x14 +- n
 _DOUBLE_BE = struct.Struct(">d")
 _U64_BE, _CODE_U64_BE = struct.Struct(">Q"), struct.Struct(">BQ")

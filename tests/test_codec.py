@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
-from jobs.engine import Versionstamp
+from jobs.engine import Versionstamp, versionstamp_at
 from jobs.engine import tuple as fdb_tuple
-from jobs.engine.fdbapi import versionstamp_at
 from jobs.errors import StoreError
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=20))

@@ -10,12 +10,14 @@ serve: ``tr.get(k)`` is a ``Value`` future (read its bytes with :func:`value_of`
 keys are told by ``present()``); ``get_range`` is a lazy iterable of ``(key, value)`` rows
 (no ``len``); ``get_versionstamp()`` and ``watch()`` return futures (see
 ``futures.wait_future`` for a timeout).  Versionstamps are packed with
-:func:`pack_versionstamp` / :func:`pack_with_versionstamp`, which need no libfdb_c.
+:func:`pack_versionstamp` / :func:`pack_with_versionstamp`, which need no libfdb_c, and
+read by :func:`versionstamp_at`.
 """
 
 from .errors import FDBError, error_code, is_retryable
 from .fdbapi import (
     KeySelector, KeyValue, Subspace, Versionstamp, pack_versionstamp, pack_with_versionstamp, strinc, tuple,
+    versionstamp_at,
 )
 from .futures import value_of, wait_future
 from .transactional import is_database, transactional
@@ -35,5 +37,6 @@ __all__ = [
     "transactional",
     "tuple",
     "value_of",
+    "versionstamp_at",
     "wait_future",
 ]

@@ -21,7 +21,7 @@ from fdb.tuple import Versionstamp
 
 __all__ = [
     "tuple", "Subspace", "Versionstamp", "KeySelector", "KeyValue", "strinc",
-    "pack_versionstamp", "pack_with_versionstamp",
+    "pack_versionstamp", "pack_with_versionstamp", "versionstamp_at",
 ]
 
 _STAMP_CODE = b"\x33"  # the tuple layer's type code of a versionstamp
