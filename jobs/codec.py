@@ -155,6 +155,7 @@ _NONE, _FALSE, _TRUE = b"\x00", b"\x26", b"\x27"  # (unpack_flat spells out the 
 _ZERO = 0x14  # the int 0; ints of n bytes (n <= 8) have codes 0x14 +- n
 _DOUBLE_BE = struct.Struct(">d")
 _U64_BE, _CODE_U64_BE = struct.Struct(">Q"), struct.Struct(">BQ")
+_unpack_u64, _pack_u64, _unpack_double = _U64_BE.unpack_from, _U64_BE.pack, _DOUBLE_BE.unpack
 _SIGN_BIT, _ALL_BITS = 1 << 63, (1 << 64) - 1
 _STAMP_AT_1 = struct.pack("<L", 1)
 
@@ -290,9 +291,6 @@ def unpack_flat(raw: bytes) -> tuple | None:
         else:
             return None
     return tuple(fields)
-
-
-_unpack_u64, _pack_u64, _unpack_double = _U64_BE.unpack_from, _U64_BE.pack, _DOUBLE_BE.unpack
 
 
 # --- job data ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ __all__ = [
 _STAMP_CODE = b"\x33"  # the tuple layer's type code of a versionstamp
 _INCOMPLETE = b"\xff" * 10  # the tuple layer's placeholder for a stamp filled in at commit
 _OFFSET = struct.Struct("<L")  # where the stamp starts, after the key (API version >= 520)
+_new_object = object.__new__  # (versionstamp_at: an instance without __init__'s checks)
 
 
 def pack_versionstamp(stamp: Versionstamp) -> bytes:
@@ -47,9 +48,6 @@ def versionstamp_at(raw: bytes, pos: int) -> Versionstamp:
     stamp.tr_version = None if tr_version == _INCOMPLETE else tr_version
     stamp.user_version = raw[pos + 10] << 8 | raw[pos + 11]
     return stamp
-
-
-_new_object = object.__new__
 
 
 def pack_with_versionstamp(prefix, items: tuple) -> bytes:
