@@ -174,6 +174,7 @@ class Feed:
         self._accepting = False
         self._idle = 0  # lanes inside take()
         self._pace = 1.0  # moving average of a run's seconds (pessimistic until measured)
+        self._paced = False  # a run was measured: the pace is no longer the guess above
         self._accept_pace = 0.0  # moving average of an accept's seconds, when it found jobs
         self._pause = 0.0
         self._feeder: threading.Thread | None = None
@@ -262,8 +263,13 @@ class Feed:
         return self._accepting
 
     def ran(self, seconds: float) -> None:
-        """A lane ran a job in ``seconds``: the pace the next batches are sized by."""
-        self._pace += PACE_WEIGHT * (seconds - self._pace)
+        """A lane ran a job in ``seconds``: the pace the next batches are sized by.  The
+        first run measured replaces the guess (averaged with it, short jobs would still be
+        taken a few at a time for some 30 runs)."""
+        if self._paced:
+            self._pace += PACE_WEIGHT * (seconds - self._pace)
+        else:
+            self._pace, self._paced = seconds, True
 
     def stop(self) -> None:
         self.acceptor.close()

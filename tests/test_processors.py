@@ -640,6 +640,31 @@ def test_long_jobs_are_taken_one_at_a_time(db):
     assert held == [1] * 5
 
 
+def test_one_short_job_is_enough_to_take_the_next_jobs_in_a_batch(db):
+    """The pace starts as a guess that takes jobs one at a time; the first job measured
+    replaces it, so the next accept already takes a full batch of short jobs."""
+    p = Processor(db, prefetch=8)
+    held = []
+
+    @p.handler("t", timeout=30)
+    def handler(ctx):
+        held.append(_active(db, "t"))
+
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.add(db, "t", "first", {})
+    with running(p, concurrency=1):
+        assert wait_until(lambda: len(held) == 1 and _active(db, "t") == 0)
+
+        @jobs.transactional
+        def add_more(tr):
+            for i in range(20):
+                jobs.add(tr, "t", f"j{i}", {})
+
+        add_more(db)
+        assert wait_until(lambda: len(held) == 21 and _active(db, "t") == 0)
+    assert held[:2] == [1, 8]
+
+
 def test_prefetched_jobs_are_handed_back_at_stop(db):
     """Jobs accepted in a batch but not started when the processor stops go back to
     pending at once, never run by it, never left running."""

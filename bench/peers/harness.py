@@ -20,8 +20,9 @@ handler records):
   can (one enqueue call each, as an application does) while the workers run them;
   jobs/s = N / (last handler start - first enqueue): how fast the queue carries work
   through when adding and running compete, with the latency of each job on the way.
-* ``steady`` and ``sustained`` also give the CPU time the worker processes used per job
-  while the jobs ran (``Procs.cpu_seconds``; servers not counted).
+* ``burndown``, ``steady`` and ``sustained`` also give the CPU time the worker processes
+  used per job while the jobs ran (``Procs.cpu_seconds``; servers not counted; for the
+  burn-down, from the first job's start, polled).
 * A peer that counts what its workers did (``Peer.counters``: ours counts its accept
   retries and conflicts) adds those counts to the result, warm-up included.
 * ``recovery``: 2 workers (and the peer's helpers, e.g. a monitor); one job that blocks
@@ -159,13 +160,16 @@ def burndown(peer, procs: Procs, logdir: str, n: int, workers: int) -> dict:
     peer.preload(n)
     preload_s = time.monotonic() - t
     procs.workers(workers)
+    wait_for(lambda: record.count(logdir) >= 1, 90, "the first job to run", procs)
+    cpu = procs.cpu_seconds()  # (start-up before it not counted)
     wait_for(lambda: record.count(logdir) >= n, max(120.0, n / 50), f"{n} jobs to run", procs)
+    cpu = procs.cpu_seconds() - cpu
     time.sleep(0.2)  # late duplicates, if any
     recs = record.read(logdir)
     starts = sorted(r[0] for r in recs)
     span = starts[n - 1] - starts[0]
     return {"jobs_per_s": (n - 1) / span, "span_s": span, "runs": len(recs), "jobs": n,
-            "preload_s": preload_s, "pids": len({r[3] for r in recs})}
+            "preload_s": preload_s, "pids": len({r[3] for r in recs}), "worker_cpu_ms_per_job": cpu * 1000 / n}
 
 
 def steady(peer, procs: Procs, logdir: str, rate: float, secs: float, workers: int) -> dict:
