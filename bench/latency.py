@@ -9,6 +9,7 @@ took 2.26 ms on a one-process FoundationDB 7.3 (issue 17).  This measures what t
     python -m bench.latency                          # 10,000 jobs, 4 workers, 3 runs of each latency:
                                                      # none; 2 ms commits; 2 ms commits and 0.5 ms reads
     python -m bench.latency --jobs 2000 --latency 2 --repeat 1
+    python -m bench.latency --kinds processor --prefetch 64   # the Processor only
     python -m bench.latency --store fdb: --latency 0 # a real cluster's own latencies
 
 The clock starts when every worker is serving (the type paused until then) and stops when
@@ -192,7 +193,7 @@ def _finished(db) -> int:
 def run(args, directory: str) -> list[tuple[str, list[float]]]:
     rows = []
     for commit_ms, read_ms in args.latency:
-        for kind in KINDS:
+        for kind in args.kinds:
             label = (f"{'Processor' if kind == 'processor' else 'bare accept+finish loop'}, "
                      f"{args.workers} workers, {commit_ms:g} ms per commit, {read_ms:g} ms per read")
             values = []
@@ -261,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=_latency, nargs="+", default=[(0.0, 0.0), (2.0, 0.0), (2.0, 0.5)],
                    metavar="COMMIT_MS[:READ_MS]", help="added to each writing commit (and read), in ms")
     p.add_argument("--prefetch", type=int, default=32, help="the Processor's prefetch")
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                   help="what the workers run (default: both)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--store", metavar="URL", help="default: $JOBS_STORE, else fresh embedded store files")
     p.add_argument("--steady", type=float, metavar="RATE",

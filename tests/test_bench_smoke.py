@@ -153,6 +153,11 @@ def test_latency_bench_runs_both_ways(capsys, monkeypatch):
     assert latency.main(["--jobs", "40", "--workers", "1", "--latency", "0", "1:0.5", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("| `Processor`") == 0 and out.count("| Processor, 1 workers") == 2
+    assert out.count("| bare accept+finish loop, 1 workers") == 2
+    assert latency.main(["--jobs", "40", "--workers", "1", "--latency", "0", "--repeat", "1",
+                         "--kinds", "processor"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| Processor, 1 workers") == 1 and "bare" not in out
     assert latency.main(["--steady", "20", "--secs", "0.5", "--workers", "1", "--latency", "0", "2:0.5",
                          "--repeat", "1"]) == 0
     out = capsys.readouterr().out
