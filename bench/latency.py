@@ -9,7 +9,7 @@ took 2.26 ms on a one-process FoundationDB 7.3 (issue 17).  This measures what t
     python -m bench.latency                          # 10,000 jobs, 4 workers, 3 runs of each latency:
                                                      # none; 2 ms commits; 2 ms commits and 0.5 ms reads
     python -m bench.latency --jobs 2000 --latency 2 --repeat 1
-    python -m bench.latency --kinds processor --prefetch 64   # the Processor only
+    python -m bench.latency --kinds processor --prefetch 32   # the Processor only, smaller batches
     python -m bench.latency --store fdb: --latency 0 # a real cluster's own latencies
 
 The clock starts when every worker is serving (the type paused until then) and stops when
@@ -44,6 +44,7 @@ from jobs import counts  # noqa: E402
 from jobs.engine.faults import FaultInjectingDatabase  # noqa: E402
 from jobs.engine.transactional import run as run_transaction  # noqa: E402
 from jobsctl import scratch  # noqa: E402
+from processors.processor import PREFETCH  # noqa: E402
 
 TYPE = "latency"
 KINDS = ("processor", "bare")  # what a worker process runs
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4, help="worker processes")
     p.add_argument("--latency", type=_latency, nargs="+", default=[(0.0, 0.0), (2.0, 0.0), (2.0, 0.5)],
                    metavar="COMMIT_MS[:READ_MS]", help="added to each writing commit (and read), in ms")
-    p.add_argument("--prefetch", type=int, default=32, help="the Processor's prefetch")
+    p.add_argument("--prefetch", type=int, default=PREFETCH, help="the Processor's prefetch (default: its own)")
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
                    help="what the workers run (default: both)")
     p.add_argument("--repeat", type=int, default=3)

@@ -200,7 +200,7 @@ def _limit_section(args, results, limit: dict) -> list[str]:
                        f"{jps / eng * 100:.0f} % |")
     out += ["", "A job costs an accept and a finish in the burn-down (the add was preloaded). One job per "
             "transaction, that is 2 commits a job: 50 % of the commit rate is then the ceiling (more "
-            "workers only queue on the one write lock). The Processor goes past it by taking up to 32 "
+            "workers only queue on the one write lock). The Processor goes past it by taking up to 64 "
             "jobs in one accept transaction and committing finished jobs together (each still fenced "
             "on its own), so the ceiling becomes the work per job inside the transactions.", ""]
     return out

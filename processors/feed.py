@@ -31,7 +31,7 @@ import jobs
 from jobs.accepting import AcceptCall, Wait
 
 from . import tracing
-from .finishes import Alone
+from .finishes import ROW_BYTES, TRANSACTION_ROWS, Alone
 from .turns import Turn, lock_path as turn_lock_path
 
 log = logging.getLogger("processors")
@@ -285,7 +285,9 @@ class Feed:
     def _accept(self, limit: int) -> list:
         """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction
         (``-limit``: a batch ahead, also capped by the room in hand)."""
-        batch = self._finishes.take()
+        # (the outcomes carried fit beside the rows taken, each up to ROW_BYTES: the
+        # transaction stays under FoundationDB's size limit however large the jobs are)
+        batch = self._finishes.take((TRANSACTION_ROWS - abs(limit)) * ROW_BYTES)
         if limit < 0:
             limit = min(-limit, self._room(len(batch)))
             if limit < 1:  # (cannot happen: the room only grew since the refill was due)

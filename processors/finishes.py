@@ -24,6 +24,8 @@ log = logging.getLogger("processors")
 
 FINISH_DELAY = 0.01  # longest wait of a queued outcome for others to commit with
 FINISH_LIMIT = 64  # outcomes per transaction: 64 values at FDB's 100 kB limit stay under 10 MB
+ROW_BYTES = 100_000  # most bytes of a job's row (FoundationDB's value limit)
+TRANSACTION_ROWS = 96  # job rows one transaction writes at most: 9.6 MB of FDB's 10 MB at ROW_BYTES each
 
 
 class Alone(Exception):
@@ -43,11 +45,13 @@ class Finishes:
         self.limit = limit
         self._lock = threading.Lock()
         self._queue: list = []  # (run, outcome, kind)
+        self._sizes: list[int] = []  # the bytes of each queued outcome's data, as encoded
         self._oldest = 0.0  # monotonic time the oldest queued outcome was queued
         self._committing = threading.Lock()
 
-    def add(self, run, outcome, kind: str) -> bool:
-        """Queue ``run``'s outcome; False if the run was halted first (nothing to write)."""
+    def add(self, run, outcome, kind: str, size: int = ROW_BYTES) -> bool:
+        """Queue ``run``'s outcome (``size``: the bytes of its data, encoded); False if the
+        run was halted first (nothing to write)."""
         if not run.state.finish():  # (no more heartbeats; the lost-job watcher leaves it alone)
             return False
         run.queued_at = now = time.monotonic()
@@ -55,6 +59,7 @@ class Finishes:
             if not self._queue:
                 self._oldest = now
             self._queue.append((run, outcome, kind))
+            self._sizes.append(size)
         return True
 
     def __len__(self) -> int:
@@ -77,12 +82,24 @@ class Finishes:
         finally:
             self._committing.release()
 
-    def take(self) -> list:
+    def take(self, room: int | None = None) -> list:
         """Remove up to ``limit`` queued outcomes, to be written by :meth:`commit` or by
-        another transaction through :meth:`writer` (then :meth:`report`)."""
+        another transaction through :meth:`writer` (then :meth:`report`); with ``room``,
+        only the first whose data take at most that many bytes together (the transaction
+        carrying them writes other rows too)."""
         with self._lock:
-            batch, self._queue = self._queue[: self.limit], self._queue[self.limit:]
-            self._oldest = time.monotonic()
+            n = min(self.limit, len(self._queue))
+            if room is not None:
+                total = 0
+                for i, size in enumerate(self._sizes[:n]):
+                    total += size
+                    if total > room:
+                        n = i
+                        break
+            batch, self._queue = self._queue[:n], self._queue[n:]
+            del self._sizes[:n]
+            if n:
+                self._oldest = time.monotonic()
         return batch
 
     def writer(self, batch: list):

@@ -20,7 +20,7 @@ from jobs.engine.transactional import run as run_transaction
 from . import behaviors, tracing
 from .context import Context
 from .errors import WorkerLost
-from .finishes import Finishes
+from .finishes import ROW_BYTES, Finishes
 from .handlers import Handler
 from .run import Run
 
@@ -47,10 +47,11 @@ class Outcomes:
             return False
         if error is None:
             error = _bad_result(result)
+        size = ROW_BYTES  # (a failure's data: not measured, taken as the largest)
         if error is None:
             outcome = behaviors.after_success(run.job.data, result, handler.every, handler.cron is not None)
             try:
-                encode_data(outcome.data)  # a bad result fails the run, before any write
+                size = len(encode_data(outcome.data))  # a bad result fails the run, before any write
             except jobs.JobDataError as exc:
                 error = exc
         if error is not None:
@@ -59,7 +60,7 @@ class Outcomes:
         tracing.outcome(kind, error)
         if error is None and run.on_commit:  # its writes must not share the transaction
             return self._write_alone(run, handler, outcome)
-        if not self.finishes.add(run, outcome, kind):
+        if not self.finishes.add(run, outcome, kind, size):
             self._stats["halted"] += 1
             tracing.outcome("halted")
             return False

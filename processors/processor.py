@@ -54,6 +54,7 @@ from monitor import ActivityMonitor
 
 from . import behaviors
 from .feed import Feed
+from .finishes import ROW_BYTES, TRANSACTION_ROWS
 from .handlers import MAX_LOST, Handler
 from .holding import BEATS_PER_TIMEOUT, LOST_CHECK, TIMEOUT_REFRESH, Held, heartbeats, watch_lost
 from .lanes import Lanes
@@ -65,7 +66,7 @@ from .submit import TaskFuture, submit
 
 log = logging.getLogger("processors")
 
-PREFETCH = 32  # most jobs accepted in one transaction (see feed.py)
+PREFETCH = 64  # most jobs accepted in one transaction (see feed.py)
 CRON_POLL = 1.0  # seconds between two looks for due cron ticks (each a read-only transaction)
 
 # Also named here, where they were first; each is read in the module that defines it
@@ -80,7 +81,8 @@ class Processor:
     ``monitor``: also run the activity monitor for the registered types (several monitors
     over one store are harmless).  ``grace``: seconds running handlers get at shutdown
     before their jobs are handed back.  ``prefetch``: most jobs accepted in one
-    transaction (fewer when jobs are long; 1: one job at a time).  ``worker_heartbeat``:
+    transaction (fewer when jobs are long; 1: one job at a time; at most
+    ``finishes.TRANSACTION_ROWS``).  ``worker_heartbeat``:
     seconds between two renewals of its entry in the workers registry (``jobs.workers``:
     it drops out after ``jobs.workers.stale_bound`` of that without one).  ``stats``
     counts what happened (accepted, succeeded, retried, failed, halted, released, errors;
@@ -97,8 +99,9 @@ class Processor:
         self.db = db
         self.monitor = monitor
         self.grace = checks.seconds(grace, "grace")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"prefetch must be an int >= 1, not {prefetch!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= TRANSACTION_ROWS:
+            raise ValueError(f"prefetch must be an int from 1 to {TRANSACTION_ROWS} (a batch's rows, "
+                             f"{ROW_BYTES:,} bytes each at most, fit one transaction), not {prefetch!r}")
         self.prefetch = prefetch
         self.stats: collections.Counter = collections.Counter()
         self._handlers: dict[str, Handler] = {}

@@ -665,6 +665,76 @@ def test_one_short_job_is_enough_to_take_the_next_jobs_in_a_batch(db):
     assert held[:2] == [1, 8]
 
 
+@pytest.mark.parametrize("prefetch", [None, 96])
+def test_batches_of_the_largest_jobs_and_results_fit_one_transaction(db, monkeypatch, prefetch):
+    """An accept that takes a batch also writes the outcomes waiting: with jobs and results
+    near FoundationDB's value limit (100 kB), it carries only the outcomes that fit beside
+    the rows it may take, so the transaction stays under the 10 MB limit whatever the
+    prefetch (the default, or the most allowed) and no accept fails for it."""
+    from processors import feed, finishes
+
+    # The most outcomes waiting when a batch is taken: they wait for an accept to carry
+    # them, and none is accepted ahead (one lane accepts as the other runs the last job).
+    monkeypatch.setattr(finishes, "FINISH_DELAY", 60.0)
+    monkeypatch.setattr(feed.Feed, "_refill_due", lambda self: False)
+    carried = []
+    take = finishes.Finishes.take
+
+    def spied(self, room=None):
+        batch = take(self, room)
+        if room is not None:
+            carried.append((room, len(batch)))
+        return batch
+
+    monkeypatch.setattr(finishes.Finishes, "take", spied)
+    p = Processor(db) if prefetch is None else Processor(db, prefetch=prefetch)
+    done = []
+
+    @p.handler("t", timeout=60)
+    def handler(ctx):
+        done.append(ctx.job_id)
+        return {"result": "y" * 90_000}
+
+    jobs.set_type_timeout(db, "t", 60)
+    for lo in range(0, 300, 50):  # (in transactions of 50: 300 such jobs exceed one)
+        jobs.add_many(db, "t", [jobs.NewJob(f"j{i}", {"blob": "x" * 90_000}) for i in range(lo, lo + 50)])
+    with running(p, concurrency=2):
+        assert wait_until(lambda: len(done) >= 300 and _active(db, "t") == 0)
+    assert sorted(done) == sorted(f"j{i}" for i in range(300))
+    assert p.stats["errors"] == 0 and p.stats["succeeded"] == 300
+    assert all(j.state == "finished" for j in jobs.get_jobs(db, "t"))
+    assert all(n * 90_000 <= room for room, n in carried)
+    if prefetch is None:  # (a batch of 64 leaves room for 32 such outcomes; 96 for none)
+        assert any(n for _room, n in carried)
+
+
+def test_finishes_take_only_the_outcomes_that_fit_the_room(db):
+    """``Finishes.take(room)``: the first queued outcomes whose data fit ``room`` bytes
+    together, in order; the others stay queued for the next transaction."""
+    from processors.finishes import Finishes
+    from processors.run import RunState
+
+    class _Run:
+        def __init__(self):
+            self.state = RunState("job t/x")
+
+    f = Finishes(db, written=lambda run, kind: None, failed=lambda run: None)
+    runs = [_Run() for _ in range(5)]
+    for run, size in zip(runs, [40, 30, 20, 50, 10]):
+        assert f.add(run, object(), "succeeded", size)
+    assert [r for r, _o, _k in f.take(95)] == runs[:3]  # (40 + 30 + 20; the next makes 140)
+    assert [r for r, _o, _k in f.take(49)] == []  # (the first left does not fit: nothing)
+    assert [r for r, _o, _k in f.take()] == runs[3:]
+    assert len(f) == 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 97, True, 1.5])
+def test_a_prefetch_a_transaction_cannot_hold_is_refused(db, prefetch):
+    with pytest.raises(ValueError, match="prefetch must be an int from 1 to 96"):
+        Processor(db, prefetch=prefetch)
+    assert Processor(db, prefetch=96).prefetch == 96 and Processor(db).prefetch == processors.processor.PREFETCH == 64
+
+
 def test_prefetched_jobs_are_handed_back_at_stop(db):
     """Jobs accepted in a batch but not started when the processor stops go back to
     pending at once, never run by it, never left running."""

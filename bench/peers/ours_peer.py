@@ -21,11 +21,12 @@ STATS_EVERY = 0.2  # seconds between two writes of a worker's stats file
 
 
 @functools.cache
-def _processor(prefetch: int = 32):
+def _processor(prefetch: int | None = None):
     import jobs
     import processors
+    from processors.processor import PREFETCH
 
-    p = processors.Processor(jobs.open(), grace=1, prefetch=prefetch)
+    p = processors.Processor(jobs.open(), grace=1, prefetch=PREFETCH if prefetch is None else prefetch)
 
     @p.handler(TYPE, timeout=TIMEOUT)
     def noop(ctx):
@@ -70,7 +71,7 @@ class OursPeer(Peer):
     packages = ("fdb-jobs",)
     module = "bench.peers.ours_peer"
     settings = (f"one store file (WAL, synchronous=NORMAL); `jobs worker --concurrency 1` (a `processors.Processor`, "
-                f"which also runs an activity monitor; it accepts up to 32 short jobs per transaction); "
+                f"which also runs an activity monitor; it accepts up to 64 short jobs per transaction); "
                 f"type timeout {TIMEOUT:g} s")
     recovery = (f"activity monitor re-enqueues a job not updated for one type timeout ({TIMEOUT:g} s); "
                 "a dedicated `jobs monitor` process runs")
