@@ -3,7 +3,9 @@
 A lane whose handler returned queues the outcome (finish, with a resubmission for retries
 and recurring jobs) and goes on to its next job.  The queue is written by the next accept
 transaction (when nothing prefetched is left: one commit finishes the last batch and takes
-the next) in its first attempt only (a retried accept hands it back, :class:`Alone`), or
+the next), as much of it as fits beside the rows that accept may take (``TRANSACTION_ROWS``
+rows of ``ROW_BYTES`` in all), in its first attempt only (a retried accept hands it back,
+:class:`Alone`), or
 committed on its own when it holds ``limit`` outcomes or its oldest has
 waited ``FINISH_DELAY`` seconds (one such committer at a time).  Every job
 keeps its own fence inside the shared transaction: a job lost meanwhile (``Halt``) writes
