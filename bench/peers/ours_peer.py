@@ -39,11 +39,23 @@ def _processor(prefetch: int | None = None):
 
 
 def _write_stats(p) -> None:
-    """The processor's stats as ``stats-PID.json`` in the log directory (replaced whole)."""
+    """The processor's stats, and its use of the store's write lock, as
+    ``stats-PID.json`` in the log directory (replaced whole)."""
     path = os.path.join(os.environ["BENCH_LOGDIR"], f"stats-{os.getpid()}.json")
     with open(path + ".tmp", "w") as f:
-        json.dump(dict(p.stats), f)
+        json.dump({**p.stats, **_lock_counters(p.db, "write_lock")}, f)
     os.replace(path + ".tmp", path)
+
+
+def _lock_counters(db, prefix: str) -> dict:
+    """``db``'s write lock use in this process (``write_lock_stats``: acquisitions, ms
+    waited, ms held), named ``prefix_...``; none on a store without that lock."""
+    stats = getattr(db, "write_lock_stats", None)
+    if stats is None:
+        return {}
+    s = stats()
+    return {f"{prefix}_acquired": s["acquired"], f"{prefix}_wait_ms": round(s["wait_seconds"] * 1000, 1),
+            f"{prefix}_hold_ms": round(s["hold_seconds"] * 1000, 1)}
 
 
 def __getattr__(name):  # `jobs worker bench.peers.ours_peer:processor`
@@ -120,14 +132,16 @@ class OursPeer(Peer):
         jobs.add(self.db, TYPE, f"e{self.n}", {"enq": enq, "block": block} if block else {"enq": enq})
 
     def counters(self):
-        """The workers' ``Processor.stats``, summed (read after one more write of each)."""
+        """The workers' ``Processor.stats`` and write lock use, summed (read after one more
+        write of each), and the producer's (this process's) write lock use."""
         time.sleep(2 * STATS_EVERY)
-        total: dict[str, int] = {}
+        total: dict[str, float] = {}
         for path in glob.glob(os.path.join(self.ctx.logdir, "stats-*.json")):
             with open(path) as f:
                 for k, v in json.load(f).items():
                     total[k] = total.get(k, 0) + v
-        return total
+        return {k: round(v, 1) if isinstance(v, float) else v for k, v in total.items()} | _lock_counters(
+            self.db, "producer_write_lock")
 
     def worker_cmd(self):
         return [python(), "-m", "jobsctl", "--store", self.url, "worker", f"{self.module}:processor",

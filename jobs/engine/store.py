@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 import weakref
 
 from . import errors as E
@@ -130,6 +131,8 @@ class EmbeddedDatabase:
         self._forks = _forks
         self._pool = []
         self._lock_fd = None
+        w = self._writer  # (the parent's counts are not this process's)
+        w.acquired, w.waited, w.held = 0, 0.0, 0.0
         self._watches = Watches(self, self._use_doorbell)
         self._checkpointer = Checkpointer(self)
         if self._history is not None:
@@ -163,6 +166,17 @@ class EmbeddedDatabase:
 
     def _write_lock(self) -> "_WriteLock":
         return self._writer
+
+    def write_lock_stats(self) -> dict:
+        """This process's use of the store's single writer lock since it opened the store
+        (every commit that writes takes it): ``acquired`` (times), ``wait_seconds`` (spent
+        waiting for it, behind other threads and processes), ``hold_seconds`` (spent
+        holding it: the conflict check, the history and SQLite's writes and commit).
+        Summed over a store's processes, held time over wall time is how busy the lock is:
+        near 1, commits queue for it and adding processes adds no throughput.  Not a
+        FoundationDB API (a cluster has no such lock)."""
+        w = self._writer
+        return {"acquired": w.acquired, "wait_seconds": w.waited, "hold_seconds": w.held}
 
     # --- store file --------------------------------------------------------------------
 
@@ -317,13 +331,17 @@ class _WriteLock:
     """The store's single writer lock: a thread lock inside the process, ``flock`` on
     ``<store>-lock`` across processes (released by the kernel if the process dies)."""
 
-    __slots__ = ("_db",)
+    __slots__ = ("_db", "acquired", "waited", "held", "_since")
 
     def __init__(self, db: EmbeddedDatabase):
         self._db = db
+        self.acquired = 0
+        self.waited = self.held = 0.0  # seconds (write_lock_stats)
+        self._since = 0.0
 
     def __enter__(self):
         db = self._db
+        asked = time.perf_counter()
         db._thread_lock.acquire()
         try:
             if db._lock_fd is None or db._forks != _forks:
@@ -334,9 +352,13 @@ class _WriteLock:
         except BaseException:
             db._thread_lock.release()
             raise
+        self._since = now = time.perf_counter()  # (counted under the lock: no other writer)
+        self.waited += now - asked
+        self.acquired += 1
         return self
 
     def __exit__(self, *exc):
+        self.held += time.perf_counter() - self._since
         try:
             fcntl.flock(self._db._lock_fd, fcntl.LOCK_UN)
         finally:

@@ -42,3 +42,34 @@ def test_read_only_transactions_take_no_write_lock(tmp_path):
             holder.stdin.close()
             holder.wait(60)
         assert written.wait(60)
+
+
+def test_write_lock_stats_count_the_writing_commits_and_their_wait(tmp_path):
+    """``write_lock_stats``: each writing commit takes the lock once (a read-only commit
+    never); the time spent holding it and waiting for it (here behind another process
+    that holds it for at least half a second) are summed."""
+    path = str(tmp_path / "store.sqlite")
+    with EmbeddedDatabase(path) as db:
+        before = db.write_lock_stats()
+        for i in range(5):
+            put(db, b"k%d" % i)
+            tr = db.create_transaction()
+            tr.get(b"k0").wait()
+            tr.commit().wait()  # (read-only)
+        after = db.write_lock_stats()
+        assert after["acquired"] - before["acquired"] == 5
+        assert after["hold_seconds"] > before["hold_seconds"]
+        holder = spawn("hold", "sqlite:" + path, stdin=-1, stdout=-1, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            written = threading.Event()
+            writer = threading.Thread(target=lambda: (put(db, b"w"), written.set()), daemon=True)
+            writer.start()
+            assert not written.wait(0.5)  # waiting for the lock, at least this long
+        finally:
+            holder.stdin.close()
+            holder.wait(60)
+        assert written.wait(60)
+        waited = db.write_lock_stats()
+        assert waited["acquired"] == after["acquired"] + 1
+        assert waited["wait_seconds"] - after["wait_seconds"] >= 0.5
