@@ -57,11 +57,15 @@ class Acceptor:
     looks once a slice without a watch, and waits for the turn.  A step that takes jobs
     gives the turn up."""
 
-    def __init__(self, db, types: list[str], stats):
+    def __init__(self, db, types: list[str], stats, before_wait=None):
         self.db = db
         self.types = list(types)
         self.stats = stats
         self.wake = threading.Event()
+        # Called as a step begins to wait for jobs (``waiting`` set first): the feed
+        # commits the outcomes no accept will carry soon.
+        self.before_wait = before_wait
+        self.waiting = False
         self._calls: dict[str, AcceptCall] = {}
         self._waits: list[Wait] = []
         self._turn: Turn | None = None  # (made at the first step: it reads the store id)
@@ -114,12 +118,18 @@ class Acceptor:
                     out.watch.on_ready(lambda _f: self.wake.set())
             if wrote:
                 return []  # (the next step waits on these watches)
-        if not self._watching():
-            turn.wait(self.wake)  # (in line for the turn: a look again when it comes)
-        due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
-        limit_s = min(slice_seconds, max(0.0, due - time.time()))
-        if self.wake.wait(limit_s) or time.time() >= due or not self._watching():
-            self._cancel_waits()  # something changed (or no watch: look again each slice)
+        self.waiting = True
+        try:
+            if self.before_wait is not None:
+                self.before_wait()
+            if not self._watching():
+                turn.wait(self.wake)  # (in line for the turn: a look again when it comes)
+            due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
+            limit_s = min(slice_seconds, max(0.0, due - time.time()))
+            if self.wake.wait(limit_s) or time.time() >= due or not self._watching():
+                self._cancel_waits()  # something changed (or no watch: look again each slice)
+        finally:
+            self.waiting = False
         return []
 
     def close(self) -> None:
@@ -161,7 +171,7 @@ class Feed:
 
     def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
-        self.acceptor = Acceptor(db, types, stats)
+        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait)
         self.lanes = lanes
         self.prefetch = prefetch
         self._hold = hold
@@ -258,9 +268,18 @@ class Feed:
         return not self._ready
 
     @property
-    def accepting(self) -> bool:
-        """A lane is accepting (perhaps waiting for jobs to be added)."""
-        return self._accepting
+    def waiting(self) -> bool:
+        """The accept under way waits for jobs to be added: the outcomes queued will not
+        ride an accept transaction soon (while it is still in its transaction, they ride
+        the next one)."""
+        return self.acceptor.waiting
+
+    def _before_wait(self) -> None:
+        """(The accepting thread, as it begins to wait for jobs.)  Commit the outcomes
+        queued: no accept carries them until a job comes.  A lane that queues one after
+        this looks at ``waiting`` and commits it itself."""
+        if len(self._finishes):
+            self._finishes.flush(wait=False)
 
     def ran(self, seconds: float) -> None:
         """A lane ran a job in ``seconds``: the pace the next batches are sized by.  The

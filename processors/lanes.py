@@ -63,8 +63,9 @@ class Lanes:
                 return
             self._execute(run, lane)
             # Nothing prefetched left: this lane's next accept writes the outcomes, unless
-            # another lane is accepting (it may be waiting for jobs): then commit them now.
-            if self._finishes.due(now=feed.empty() and feed.accepting):
+            # another lane's accept waits for jobs: then commit them now.  (An accept still
+            # in its transaction leaves them to the next one, FINISH_DELAY at most.)
+            if self._finishes.due(now=feed.empty() and feed.waiting):
                 self._finishes.flush(wait=False)
 
     def _execute(self, run: Run, lane: Interruptible) -> None:

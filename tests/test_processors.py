@@ -713,6 +713,45 @@ def test_batches_of_the_largest_jobs_and_results_fit_one_transaction(db, monkeyp
         assert any(n for _room, n in carried)
 
 
+def test_an_outcome_queued_during_another_lanes_accept_is_written_before_that_accept_waits(db, monkeypatch):
+    """A lane that queues an outcome while another lane's accept is still in its
+    transaction leaves it to the accepts (the next one may carry it); that accept, finding
+    nothing, commits it before it waits for jobs.  (FINISH_DELAY and the accept's wait at
+    a minute: nothing else would write it sooner.)"""
+    from jobs.accepting import AcceptCall
+    from processors import feed, finishes
+
+    monkeypatch.setattr(finishes, "FINISH_DELAY", 60.0)
+    monkeypatch.setattr(feed, "ACCEPT_SLICE", 60.0)
+    queued, go = threading.Event(), threading.Event()
+    add, body = finishes.Finishes.add, AcceptCall._body
+
+    def spied_add(self, *args, **kwargs):
+        out = add(self, *args, **kwargs)
+        queued.set()
+        return out
+
+    def held_body(self, tr, also=None):  # the accept after the one that took j1: in its transaction
+        if not queued.is_set() and jobs.get_job_state(db, "t", "j1") == "running":
+            go.set()  # j1's handler returns, its lane queues the outcome
+            assert queued.wait(DEADLINE)
+        return body(self, tr, also)
+
+    monkeypatch.setattr(finishes.Finishes, "add", spied_add)
+    monkeypatch.setattr(AcceptCall, "_body", held_body)
+    p = Processor(db)
+
+    @p.handler("t", timeout=60)
+    def handler(ctx):
+        assert go.wait(DEADLINE)
+
+    jobs.set_type_timeout(db, "t", 60)
+    with running(p, concurrency=2):
+        jobs.add(db, "t", "j1")
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "j1") == "finished")
+    assert queued.is_set() and p.stats["succeeded"] == 1
+
+
 def test_finishes_take_only_the_outcomes_that_fit_the_room(db):
     """``Finishes.take(room)``: the first queued outcomes whose data fit ``room`` bytes
     together, in order; the others stay queued for the next transaction."""
