@@ -97,6 +97,9 @@ class AcceptCall:
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
         self.rearms = 0  # transactions run by _rearm, over the call's life
+        # Called with this call after each conflict (1020), before the back-off and the
+        # next attempt (a processor holding the turn to watch passes it on).
+        self.on_conflict = None
         # False: an attempt that finds nothing returns a Wait without a watch (``watch``
         # None: its caller learns of new jobs otherwise, as a processor not holding the
         # turn to watch does: ``processors/turns.py``)
@@ -143,6 +146,8 @@ class AcceptCall:
             self.conflicts += 1
             for job_id in self._new_picks:
                 del self._picked[job_id]
+            if self.on_conflict is not None:
+                self.on_conflict(self)
 
     def _body(self, tr, also=None):
         self._new_picks = []

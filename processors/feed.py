@@ -95,6 +95,7 @@ class Acceptor:
                     call = self._calls[type] = AcceptCall(self.db, type)
                 call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
                 call.watching = watching
+                call.on_conflict = self._pass_turn if watching else None
                 retries, conflicts, rearms = call.retries, call.conflicts, call.rearms
                 try:
                     out = call.attempt(also)
@@ -149,6 +150,14 @@ class Acceptor:
         taken = self._turn.taken
         self.stats["watch_turns"] += taken - self._turns_counted
         self._turns_counted = taken
+
+    def _pass_turn(self, call: AcceptCall) -> None:
+        """(After a conflict of an attempt made holding the turn.)  Give the turn to
+        another idle processor, which watches: this one backs off before its next attempt,
+        up to a second after several conflicts in a row, and meanwhile the machine's new
+        jobs would wait for a look once a slice.  Its next attempts look without a watch."""
+        if self._turn.release():
+            call.watching = False
 
     def _watching(self) -> bool:
         return any(w.watch is not None for w in self._waits)

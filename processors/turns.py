@@ -8,9 +8,11 @@ turns: the one holding the *turn* (an exclusive ``flock`` on a file named after 
 id and the types, in the machine's temporary directory) watches; the others look at the
 queue without a watch once every ``ACCEPT_SLICE`` (so a stuck holder delays jobs by
 that at most), and wait for the turn (a thread blocked on the lock).  The holder gives
-the turn up as soon as it takes jobs; the kernel then hands the lock to one waiter,
-which looks at the queue (taking what came meanwhile) and watches.  A holder that dies
-loses the lock with its process.
+the turn up as soon as it takes jobs, or as soon as its accept conflicts (another worker
+took a job it picked: it backs off before it looks again, up to a second after several
+conflicts in a row); the kernel then hands the lock to one waiter, which looks at the
+queue (taking what came meanwhile) and watches.  A holder that dies loses the lock with
+its process.
 
 Where the lock cannot be had (no store id yet, a temporary directory it may not write,
 ``JOBS_IDLE_TURNS=off``), every idle processor watches, as before: each is then its own
@@ -127,13 +129,16 @@ class Turn:
                 event = self._notify
             event.set()
 
-    def release(self) -> None:
-        """Give the turn up (this processor is busy), and stop waiting for it."""
+    def release(self) -> bool:
+        """Give the turn up (this processor is busy), and stop waiting for it; whether it
+        was held (a processor that takes no turns never holds one)."""
         with self._lock:
             self._wanted = False
-            if self._held:
-                self._held = False
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if not self._held:
+                return False
+            self._held = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            return True
 
     def close(self) -> None:
         with self._lock:

@@ -119,6 +119,42 @@ def test_an_idle_step_after_one_that_wrote_outcomes_waits_in_line_for_the_turn(d
         os.close(stranger)
 
 
+def test_a_holder_whose_accept_conflicts_passes_the_turn_on_before_it_backs_off(db, monkeypatch):
+    """An accept made holding the turn that conflicts (another worker took a job it
+    picked) backs off before it attempts again, up to a second after several conflicts
+    in a row: meanwhile the turn goes to another idle processor, which watches (the
+    machine's new jobs would otherwise wait for a look once a slice), and the conflicting
+    accept's next attempts look without a watch."""
+    from jobs.accepting import AcceptCall
+    from jobs.engine.errors import NOT_COMMITTED, FDBError
+
+    jobs.set_type_timeout(db, "t", 10)
+    jobs.add(db, "t", "j1")
+    holder = Acceptor(db, ["t"], collections.Counter())
+    other = Acceptor(db, ["t"], collections.Counter())
+    body, seen = AcceptCall._body, []
+
+    def conflicting_once(self, tr, also=None):
+        if not seen:  # the holder's first attempt
+            seen.append(self.watching)
+            raise FDBError(NOT_COMMITTED)
+        if len(seen) == 1:  # its next: the turn was passed on
+            seen.append((wait_until(lambda: other._turn.held), self.watching))
+        return body(self, tr, also)
+
+    monkeypatch.setattr(AcceptCall, "_body", conflicting_once)
+    try:
+        assert holder._make_turn().take()
+        other._make_turn().wait(threading.Event())  # (in line for the turn)
+        assert [job.id for job in holder.step(1.0)] == ["j1"]
+        assert seen == [True, (True, False)]
+        assert not holder._turn.held and other._turn.held
+        assert holder.stats["accept_conflicts"] == 1
+    finally:
+        holder.close()
+        other.close()
+
+
 def test_with_turns_off_every_idle_processor_watches(db, monkeypatch):
     monkeypatch.setenv("JOBS_IDLE_TURNS", "off")
     done: list = []
