@@ -39,6 +39,10 @@ log = logging.getLogger("processors")
 ACCEPT_SLICE = 0.5  # longest blocking accept step, so stop() is seen soon
 PREFETCH_WINDOW = 0.05  # prefetch what the lanes run in this many seconds (at the recent pace)
 ERROR_PAUSE_MAX = 5.0  # longest pause after a store error in the accept loop
+# A processor holding the turn that takes jobs it will have run within this long keeps
+# the turn through them (its next accept looks, watching): handing it over costs the
+# next holder a wake-up and a look, and the jobs added meanwhile wait for those.
+KEEP_TURN = 0.002
 PACE_WEIGHT = 0.2  # weight of the newest run (and accept) in the moving averages of their times
 
 
@@ -65,6 +69,9 @@ class Acceptor:
         # Called as a step begins to wait for jobs (``waiting`` set first): the feed
         # commits the outcomes no accept will carry soon.
         self.before_wait = before_wait
+        # keep_turn(n): whether ``n`` jobs just taken run so soon that the turn is kept
+        # through them (``Turn.keep``) rather than handed over; None: always handed over.
+        self.keep_turn = None
         self.waiting = False
         self._calls: dict[str, AcceptCall] = {}
         self._waits: list[Wait] = []
@@ -79,6 +86,7 @@ class Acceptor:
         waiting, so that the caller learns it committed)."""
         wrote = also is not None
         turn = self._turn or self._make_turn()
+        turn.resume()
         if wrote:
             self._cancel_waits()  # attempt now, so that ``also`` is written now
         elif self._waits and not self._watching() and turn.take():
@@ -108,7 +116,8 @@ class Acceptor:
                     self.stats["accept_batches"] += 1
                     del self._calls[type]
                     self._cancel_waits()
-                    turn.release()  # busy: another idle processor watches
+                    if not (self.keep_turn is not None and self.keep_turn(len(out)) and turn.keep(KEEP_TURN)):
+                        turn.release()  # busy: another idle processor watches
                     return out
                 self.stats["accept_empty"] += 1
                 if out is None:  # a stale queue entry was dropped: look again at once
@@ -181,6 +190,7 @@ class Feed:
     def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
         self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait)
+        self.acceptor.keep_turn = self._short_run
         self.lanes = lanes
         self.prefetch = prefetch
         self._hold = hold
@@ -282,6 +292,11 @@ class Feed:
         ride an accept transaction soon (while it is still in its transaction, they ride
         the next one)."""
         return self.acceptor.waiting
+
+    def _short_run(self, n: int) -> bool:
+        """Whether the lanes will have run ``n`` jobs within ``KEEP_TURN``, at the pace
+        measured (the turn is kept through them)."""
+        return self._paced and self._pace * n < KEEP_TURN * self.lanes
 
     def _before_wait(self) -> None:
         """(The accepting thread, as it begins to wait for jobs.)  Commit the outcomes

@@ -8,7 +8,9 @@ turns: the one holding the *turn* (an exclusive ``flock`` on a file named after 
 id and the types, in the machine's temporary directory) watches; the others look at the
 queue without a watch once every ``ACCEPT_SLICE`` (so a stuck holder delays jobs by
 that at most), and wait for the turn (a thread blocked on the lock).  The holder gives
-the turn up as soon as it takes jobs, or as soon as its accept conflicts (another worker
+the turn up as soon as it takes jobs (unless it will have run them within a couple of
+milliseconds: it keeps the turn through them, given up by its waiting thread if they run
+longer), or as soon as its accept conflicts (another worker
 took a job it picked: it backs off before it looks again, up to a second after several
 conflicts in a row); the kernel then hands the lock to one waiter, which looks at the
 queue (taking what came meanwhile) and watches.  A holder that dies loses the lock with
@@ -27,6 +29,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 import weakref
 
 from jobs.engine.transactional import run
@@ -68,6 +71,7 @@ class Turn:
         self._waiter: threading.Thread | None = None  # started at the first wait, then kept
         self._blocked = False  # the waiting thread is (or is about to be) blocked on the lock
         self._notify: threading.Event | None = None
+        self._keep_until: float | None = None  # (monotonic) held through a short run until then
         self._closed = False
         self.taken = 0  # turns held, over this processor's life
 
@@ -106,13 +110,42 @@ class Turn:
             else:
                 self._ready.notify()
 
+    def keep(self, seconds: float) -> bool:
+        """Go on holding the turn through a run expected to take less than ``seconds`` (the
+        next accept looks, watching, as it comes back): given up by the waiting thread if
+        :meth:`resume` has not come by then.  False if the turn is not held here."""
+        with self._lock:
+            if self._alone or not self._held or self._closed:
+                return False
+            self._keep_until = time.monotonic() + seconds
+            if self._waiter is None:
+                self._waiter = threading.Thread(target=self._wait_for_lock, name="jobs-turn", daemon=True)
+                self._waiter.start()
+            else:
+                self._ready.notify()
+            return True
+
+    def resume(self) -> None:
+        """Back from the run :meth:`keep` held the turn through (still held, if it is)."""
+        self._keep_until = None
+
     def _wait_for_lock(self) -> None:
         """The waiting thread, one per Turn for its life: blocks on the lock each time the
-        turn is wanted, until closed (no thread started per wait)."""
+        turn is wanted, and gives up a turn kept past its run's deadline (:meth:`keep`),
+        until closed (no thread started per wait)."""
         while True:
             with self._lock:
                 while not self._wanted and not self._closed:
-                    self._ready.wait()
+                    until = self._keep_until
+                    if until is None:
+                        self._ready.wait()
+                    elif time.monotonic() < until:
+                        self._ready.wait(until - time.monotonic())
+                    else:  # (the run went on longer: another idle processor watches)
+                        self._keep_until = None
+                        if self._held:
+                            self._held = False
+                            fcntl.flock(self._fd, fcntl.LOCK_UN)
                 if self._closed:
                     self._waiter = None
                     self._close_fd()
@@ -134,6 +167,7 @@ class Turn:
         was held (a processor that takes no turns never holds one)."""
         with self._lock:
             self._wanted = False
+            self._keep_until = None
             if not self._held:
                 return False
             self._held = False

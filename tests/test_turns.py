@@ -188,6 +188,23 @@ def test_a_turn_goes_to_the_waiter_when_its_holder_releases_it(path):
     second.close()
 
 
+def test_a_turn_kept_through_a_run_goes_to_the_waiter_if_the_run_outlasts_it(path):
+    """``keep``: the holder goes on holding the turn through a short run; back in time
+    (``resume``), it still holds it; not back by the deadline, its waiting thread gives
+    the turn to the waiter."""
+    first, second = Turn(path), Turn(path)
+    assert first.take() and first.keep(0.05)
+    came = threading.Event()
+    second.wait(came)
+    first.resume()  # (back before the deadline)
+    assert not came.wait(0.3) and first.held
+    assert first.keep(0.05)  # (this time the run outlasts it)
+    assert came.wait(DEADLINE) and second.held and not first.held
+    assert not first.keep(0.05)  # (not held: nothing to keep)
+    first.close()
+    second.close()
+
+
 def test_one_thread_waits_for_the_turn_over_many_hand_overs_and_ends_at_close(path):
     first, second = Turn(path), Turn(path)
     assert first.take()
