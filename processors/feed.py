@@ -59,7 +59,8 @@ class Acceptor:
 
     Only the idle processor holding its machine's turn watches (``turns.py``); another
     looks once a slice without a watch, and waits for the turn.  A step that takes jobs
-    gives the turn up."""
+    gives the turn up (or keeps it through jobs run within ``KEEP_TURN``: ``keep_turn``),
+    and so does an attempt that conflicts."""
 
     def __init__(self, db, types: list[str], stats, before_wait=None):
         self.db = db
