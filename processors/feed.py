@@ -62,7 +62,7 @@ class Acceptor:
     gives the turn up (or keeps it through jobs run within ``KEEP_TURN``: ``keep_turn``),
     and so does an attempt that conflicts."""
 
-    def __init__(self, db, types: list[str], stats, before_wait=None):
+    def __init__(self, db, types: list[str], stats, before_wait=None, keep_turn=None):
         self.db = db
         self.types = list(types)
         self.stats = stats
@@ -72,7 +72,7 @@ class Acceptor:
         self.before_wait = before_wait
         # keep_turn(n): whether ``n`` jobs just taken run so soon that the turn is kept
         # through them (``Turn.keep``) rather than handed over; None: always handed over.
-        self.keep_turn = None
+        self.keep_turn = keep_turn
         self.waiting = False
         self._calls: dict[str, AcceptCall] = {}
         self._waits: list[Wait] = []
@@ -190,8 +190,7 @@ class Feed:
 
     def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
-        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait)
-        self.acceptor.keep_turn = self._short_run
+        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait, keep_turn=self._short_run)
         self.lanes = lanes
         self.prefetch = prefetch
         self._hold = hold

@@ -104,11 +104,7 @@ class Turn:
             if self._closed:
                 return
             self._wanted, self._notify = True, event
-            if self._waiter is None:
-                self._waiter = threading.Thread(target=self._wait_for_lock, name="jobs-turn", daemon=True)
-                self._waiter.start()
-            else:
-                self._ready.notify()
+            self._rouse_waiter()
 
     def keep(self, seconds: float) -> bool:
         """Go on holding the turn through a run expected to take less than ``seconds`` (the
@@ -118,12 +114,16 @@ class Turn:
             if self._alone or not self._held or self._closed:
                 return False
             self._keep_until = time.monotonic() + seconds
-            if self._waiter is None:
-                self._waiter = threading.Thread(target=self._wait_for_lock, name="jobs-turn", daemon=True)
-                self._waiter.start()
-            else:
-                self._ready.notify()
+            self._rouse_waiter()
             return True
+
+    def _rouse_waiter(self) -> None:
+        """(Under the lock.)  Start the waiting thread, or have it look again."""
+        if self._waiter is None:
+            self._waiter = threading.Thread(target=self._wait_for_lock, name="jobs-turn", daemon=True)
+            self._waiter.start()
+        else:
+            self._ready.notify()
 
     def resume(self) -> None:
         """Back from the run :meth:`keep` held the turn through (still held, if it is)."""
@@ -143,9 +143,7 @@ class Turn:
                         self._ready.wait(until - time.monotonic())
                     else:  # (the run went on longer: another idle processor watches)
                         self._keep_until = None
-                        if self._held:
-                            self._held = False
-                            fcntl.flock(self._fd, fcntl.LOCK_UN)
+                        self._give_up()
                 if self._closed:
                     self._waiter = None
                     self._close_fd()
@@ -168,20 +166,22 @@ class Turn:
         with self._lock:
             self._wanted = False
             self._keep_until = None
-            if not self._held:
-                return False
-            self._held = False
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            return True
+            return self._give_up()
+
+    def _give_up(self) -> bool:
+        """(Under the lock.)  Unlock the turn if held here; whether it was."""
+        if not self._held:
+            return False
+        self._held = False
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return True
 
     def close(self) -> None:
         with self._lock:
             if self._closed or self._alone:
                 return
             self._closed, self._wanted = True, False
-            if self._held:
-                self._held = False
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._give_up()
             if not self._blocked:  # (else the waiting thread closes it once the lock comes)
                 self._close_fd()
             self._ready.notify()  # (a waiting thread ends)

@@ -131,8 +131,7 @@ class EmbeddedDatabase:
         self._forks = _forks
         self._pool = []
         self._lock_fd = None
-        w = self._writer  # (the parent's counts are not this process's)
-        w.acquired, w.waited, w.held = 0, 0.0, 0.0
+        self._writer.reset_counts()  # (the parent's counts are not this process's)
         self._watches = Watches(self, self._use_doorbell)
         self._checkpointer = Checkpointer(self)
         if self._history is not None:
@@ -335,9 +334,12 @@ class _WriteLock:
 
     def __init__(self, db: EmbeddedDatabase):
         self._db = db
-        self.acquired = 0
-        self.waited = self.held = 0.0  # seconds (write_lock_stats)
         self._since = 0.0
+        self.reset_counts()
+
+    def reset_counts(self) -> None:
+        """Zero what ``write_lock_stats`` reports (times taken; seconds waited, held)."""
+        self.acquired, self.waited, self.held = 0, 0.0, 0.0
 
     def __enter__(self):
         db = self._db
