@@ -159,12 +159,14 @@ class History:
         return (_U64.unpack_from(header, _PENDING << 3)[0] == 0
                 and _U64.unpack_from(header, _CURRENT << 3)[0] == version)
 
-    def writes_since(self, since: int, upto: int) -> list[list] | None:
+    def writes_since(self, since: int, upto: int, limit: int | None = None) -> list[list] | None:
         """The write ranges (merged, each commit's a list) of the commits of versions in
         ``(since, upto]``, read without the lock (by one thread at a time, the watch
         thread: on its own map of the ring); None when they cannot all be told: the ring no longer reaches back to
         ``since``, it grew or wrapped over them during the read, or one of them wrote keys
-        it did not record (:meth:`unrecorded`).
+        it did not record (:meth:`unrecorded`); None too when they are more than ``limit``
+        commits (their caller reads what it needs from the store instead, which costs less
+        than decoding seconds of commits).
 
         Safe against committers: a record is whole before the head passes it; the tail
         only moves forward, and a record is written over only after the tail has passed
@@ -192,6 +194,8 @@ class History:
                     break
                 if version <= upto:
                     payloads.append(payload)
+                    if limit is not None and len(payloads) > limit:
+                        return None
         except (ValueError, struct.error):  # (overwritten under the read, or torn)
             return None
         if (u64(header, _CAPACITY << 3)[0] != cap or u64(header, _GROWING << 3)[0]

@@ -45,13 +45,19 @@ class Watches:
     (or, for a watch armed since, since its transaction's read version), as the shared
     commit history tells (``History.writes_since``): other commits (most of them on a
     busy store: other workers' accepts and finishes) and new watches cost no query.
-    When the history cannot tell (it no longer reaches back), every watched key is
-    read."""
+    When the history cannot tell (it no longer reaches back), or would tell only by
+    decoding more than ``WRITES_READ_MAX`` commits, every watched key is read."""
 
     POLL_MIN = 0.0005  # also the least time between two checks: a busy store wakes the thread often
     POLL_MAX = 0.004
     BELL_SAFETY = 0.25
     BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
+    # Commits since the last look beyond which the thread reads every watched key rather
+    # than the commits' write ranges: one statement (a type's wake shards are 17 keys)
+    # against decoding each commit's ranges.  A processor that takes its turn to watch
+    # after seconds without a watch would otherwise decode thousands, for tens of
+    # milliseconds, while the first job it should wake for waits.
+    WRITES_READ_MAX = 64
 
     def __init__(self, db, use_doorbell: bool = True):
         self._db = db
@@ -187,7 +193,8 @@ class Watches:
                 # New watches' keys were written if a commit after their read version wrote
                 # them; the others if one after the last look did.
                 written = (None if seen is None
-                           else history.writes_since(seen if since is None else min(seen, since), version))
+                           else history.writes_since(seen if since is None else min(seen, since), version,
+                                                     self.WRITES_READ_MAX))
                 self._check(conn, keys if written is None else _written(keys, written) | fresh)
                 seen = version
         finally:

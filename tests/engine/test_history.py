@@ -374,6 +374,17 @@ def test_writes_since_tells_the_ranges_of_the_commits_in_a_window(path, monkeypa
         assert h.writes_since(newest, put(db, b"last")) == [[(b"last", b"last\x00")]]
 
 
+def test_writes_since_tells_nothing_of_more_commits_than_its_limit(path):
+    with EmbeddedDatabase(path) as db:
+        h = db._history
+        since = put(db, b"before")
+        versions = [put(db, b"k/%d" % i) for i in range(10)]
+        assert len(h.writes_since(since, versions[-1], limit=10)) == 10
+        assert h.writes_since(since, versions[-1], limit=9) is None
+        assert len(h.writes_since(versions[0], versions[-1], limit=9)) == 9
+        assert h.writes_since(since, versions[4], limit=5) == h.writes_since(since, versions[4])
+
+
 @pytest.mark.parametrize("ring", ["wraps", "grows"])
 def test_writes_since_read_while_commits_go_on_is_whole_or_none(path, monkeypatch, ring):
     """A reader without the lock, as the watch thread is, against a committer that wraps
@@ -463,6 +474,40 @@ def test_the_watch_thread_reads_only_the_watched_keys_a_commit_wrote(path, monke
         put(db, b"k", b"changed")
         assert wait_future(watch, 30)
         assert len(statements) == 1 and statements[0].startswith("SELECT"), statements
+
+
+def test_a_watch_armed_long_after_the_last_look_is_looked_at_without_decoding_the_commits_since(path, monkeypatch):
+    """A processor whose watch thread slept through many commits (it had no watch, e.g.
+    not its turn) reads the watched keys when it arms one, rather than decoding every
+    commit since its last look (seconds of them took tens of milliseconds)."""
+    decoded = []
+    loads = history.marshal.loads
+
+    class Marshal:  # (history's marshal, counting what the watch thread decodes)
+        dumps = staticmethod(history.marshal.dumps)
+
+        @staticmethod
+        def loads(data):
+            if threading.current_thread().name == "jobs-watches":
+                decoded.append(data)
+            return loads(data)
+
+    monkeypatch.setattr(history, "marshal", Marshal)
+    with EmbeddedDatabase(path) as db:
+        warm = _armed(db, b"warm")
+        put(db, b"warm")
+        assert wait_future(warm, 30)
+        assert wait_until(lambda: not db._watches._armed, 30)  # (the thread sleeps: no watch)
+        for i in range(200):  # (more than Watches.WRITES_READ_MAX)
+            put(db, b"other/%d" % i)
+        decoded.clear()
+        watch = _armed(db, b"k")
+        assert wait_until(lambda: db._watches._from is None, 30)  # (looked at since it was armed)
+        assert decoded == []
+        put(db, b"other")
+        assert not watch.is_ready()
+        put(db, b"k", b"changed")
+        assert wait_future(watch, 30)
 
 
 def test_a_watched_key_written_without_a_conflict_range_fires_the_watch(path):
