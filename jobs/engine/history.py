@@ -207,6 +207,11 @@ class History:
         except (ValueError, EOFError, TypeError):
             return None
 
+    def committing(self) -> bool:
+        """A commit is under way (recorded, not settled yet): its version is current within
+        microseconds, unless its committer died under the lock (the next commit settles it)."""
+        return _U64.unpack_from(self._header, _PENDING << 3)[0] != 0
+
     # --- under the write lock ----------------------------------------------------------
 
     def begin(self) -> int:

@@ -51,6 +51,13 @@ class Watches:
     POLL_MIN = 0.0005  # also the least time between two checks: a busy store wakes the thread often
     POLL_MAX = 0.004
     BELL_SAFETY = 0.25
+    # A ring whose commit is not settled yet (history.committing) is looked at again after
+    # SETTLE_PAUSE, not after the doorbell's shortest wait (poll(2) counts whole
+    # milliseconds): it settles within microseconds of its last write to the log, which
+    # rings no more.  At most SETTLE_MAX after the ring (a committer killed under the lock
+    # leaves its commit unsettled until the next commit).
+    SETTLE_PAUSE = 0.0001
+    SETTLE_MAX = 0.005
     BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up
     # Commits since the last look beyond which the thread reads every watched key rather
     # than the commits' write ranges: one statement (a type's wake shards are 17 keys)
@@ -174,7 +181,7 @@ class Watches:
         if conn is None:
             return
         history = self._db._history
-        pace = _Pace(self._bell, self)
+        pace = _Pace(self._bell, self, history.committing)
         seen = None  # the version up to which every armed key has been compared
         try:
             while True:
@@ -286,11 +293,14 @@ class _Pace:
     ``interval``: the longest wait before the next look (polling grows it from POLL_MIN to
     POLL_MAX while nothing changes; with a doorbell it is BELL_SAFETY, or short while a
     ring has not yet shown a commit: the log is being written).  ``misses``: commits of
-    other processes the doorbell did not announce; at BELL_MISSES it is given up."""
+    other processes the doorbell did not announce; at BELL_MISSES it is given up.
+    ``committing()``: a commit is under way (its ring is followed up in SETTLE_PAUSE)."""
 
-    def __init__(self, bell: Doorbell | None, watches: Watches):
+    def __init__(self, bell: Doorbell | None, watches: Watches, committing):
         self.bell = bell
-        self._k = watches  # its POLL_MIN, POLL_MAX, BELL_SAFETY, BELL_MISSES
+        self._k = watches  # its POLL_MIN, POLL_MAX, BELL_SAFETY, BELL_MISSES, SETTLE_*
+        self._committing = committing
+        self._settle_until = 0.0  # (monotonic) rung, the commit unsettled: look again soon until then
         self.interval = watches.POLL_MIN
         self._last_version = None
         self._last_look = 0.0
@@ -303,6 +313,12 @@ class _Pace:
         """Wait on the doorbell for up to ``interval``; a burst of rings makes one look
         (no sooner than POLL_MIN after the last) unless ``poked()`` says a look is due."""
         self._waited = True
+        now = time.monotonic()
+        pause = self._last_look + self._k.POLL_MIN - now
+        if now < self._settle_until:  # (the ring's commit is being settled: it counts as rung)
+            time.sleep(max(self._k.SETTLE_PAUSE, pause))
+            self._ring = True
+            return
         self._ring = self.bell.wait(self.interval)
         self._rang = self._rang or self._ring
         pause = self._last_look + self._k.POLL_MIN - time.monotonic()
@@ -319,6 +335,10 @@ class _Pace:
             self.interval = min(self.interval * 1.25, k.POLL_MAX)
         elif self._rang:  # the log is being written; the commit shows once it is whole
             self.interval = k.POLL_MIN if self._ring else min(self.interval * 1.25, k.BELL_SAFETY)
+            if not self._ring or not self._committing():
+                self._settle_until = 0.0
+            elif not self._settle_until:
+                self._settle_until = time.monotonic() + k.SETTLE_MAX
         else:
             self.interval = k.BELL_SAFETY
         self._waited = self._ring = False
@@ -344,5 +364,6 @@ class _Pace:
         self._last_version = version
         self.interval = self._k.POLL_MIN if self.bell is None else self._k.BELL_SAFETY
         self._rang = self._waited = self._ring = False
+        self._settle_until = 0.0
         self._last_look = time.monotonic()
 

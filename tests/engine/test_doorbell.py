@@ -1,6 +1,7 @@
 """The embedded engine's doorbell (inotify on the store's log): it rings for commits of
 other connections, not for other files; watches fire with it, without it, and when it
-stays silent (the watch thread notices, gives it up and polls)."""
+stays silent (the watch thread notices, gives it up and polls); a ring whose commit has
+not settled yet is followed up without waiting on the bell, for a while."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 
 import pytest
+from enginekit import wait_until
 
 from jobs.engine import watches
 from jobs.engine.doorbell import Doorbell
@@ -155,3 +158,67 @@ def test_a_silent_doorbell_is_given_up(tmp_path, monkeypatch):
         writer.close()
         watcher.close()
 
+
+
+class _CountingBell(Doorbell):
+    """The doorbell, counting the waits the watch thread makes on it."""
+
+    waits = 0
+
+    def wait(self, timeout: float) -> bool:
+        type(self).waits += 1
+        return super().wait(timeout)
+
+
+def _settle_held(tmp_path, monkeypatch, seconds: float):
+    """A watcher's thread, the watch on b"k" armed, and a writer whose commit of b"k" has
+    rung (its log is written) but is held ``seconds`` before it settles (its version is
+    not current yet).  Yields the bell's wait count as the hold begins; the watch fires
+    once the commit settles."""
+    monkeypatch.setattr(watches, "Doorbell", _CountingBell)
+    path = str(tmp_path / "jobs.sqlite")
+    watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
+    try:
+        tr = watcher.create_transaction()
+        future = tr.watch(b"k")
+        tr.commit().wait()
+        fired = threading.Event()
+        future.on_ready(lambda _f: fired.set())
+        assert not fired.wait(0.2)  # (the thread's first look is done: it waits on the bell)
+        holding, settle = threading.Event(), writer._history.settle
+
+        def held_settle(*args):
+            holding.set()
+            time.sleep(seconds)
+            settle(*args)
+
+        writer._history.settle = held_settle
+        tr = writer.create_transaction()
+        tr.set(b"k", b"v")
+        committer = threading.Thread(target=lambda: tr.commit().wait())
+        committer.start()
+        assert holding.wait(30)
+        yield _CountingBell.waits
+        committer.join(30)
+        assert fired.wait(30)
+    finally:
+        writer.close()
+        watcher.close()
+
+
+def test_a_rung_commit_not_settled_yet_is_looked_for_again_without_the_bell(tmp_path, monkeypatch):
+    """The ring comes with the commit's last write to the log, its version a little later:
+    the thread looks again in SETTLE_PAUSE rather than in the bell's shortest wait (a whole
+    millisecond, poll(2)'s unit), with no ring left to cut that short."""
+    monkeypatch.setattr(Watches, "SETTLE_MAX", 30.0)
+    for before in _settle_held(tmp_path, monkeypatch, 0.3):
+        time.sleep(0.2)
+        assert _CountingBell.waits - before <= 1  # (at most the wait that the ring ended)
+
+
+def test_a_commit_left_unsettled_is_looked_for_on_the_bell_again_after_settle_max(tmp_path, monkeypatch):
+    """(A committer killed under the write lock leaves its commit unsettled until the next
+    commit: the thread does not look every SETTLE_PAUSE for long.)"""
+    monkeypatch.setattr(Watches, "SETTLE_MAX", 0.05)
+    for before in _settle_held(tmp_path, monkeypatch, 3.0):  # (the bell's waits resume within the hold)
+        assert wait_until(lambda: _CountingBell.waits - before >= 5, 2.5)
