@@ -16,6 +16,11 @@ for each commit.  A buffer of one job or none never triggers it: ``prefetch=1`` 
 jobs still take one job at a time.  Nor does it hold more jobs at once: a batch accepted
 ahead is no larger than ``prefetch`` less the jobs still held (whose outcomes are not
 written yet, or not by this transaction).
+
+Lingering: after a batch that came back short but not single (jobs come faster than one
+at a time, and the queue was drained), the next accept waits until ``ACCEPT_LINGER``
+after that one began, and none is made ahead: the jobs added meanwhile go in one batch,
+not in a transaction each.
 """
 
 from __future__ import annotations
@@ -44,6 +49,13 @@ ERROR_PAUSE_MAX = 5.0  # longest pause after a store error in the accept loop
 # next holder a wake-up and a look, and the jobs added meanwhile wait for those.
 KEEP_TURN = 0.002
 PACE_WEIGHT = 0.2  # weight of the newest run (and accept) in the moving averages of their times
+# An accept that took more than one job but fewer than it asked for found the queue
+# drained while jobs keep coming: the processor's next accept waits until this long after
+# that one began, and none is made ahead meanwhile, so that the next batch is bigger (an
+# accept taking the two or three jobs added since costs a whole transaction, and its CPU
+# and write lock are what a producer adding at full speed needs).  A lone job (a trickle)
+# or a full batch (a backlog) never waits.
+ACCEPT_LINGER = 0.0025
 
 
 class Acceptor:
@@ -206,6 +218,8 @@ class Feed:
         self._paced = False  # a run was measured: the pace is no longer the guess above
         self._accept_pace = 0.0  # moving average of an accept's seconds, when it found jobs
         self._pause = 0.0
+        self._asked = 0  # the limit of the accept under way (after the room's cap)
+        self._linger_until = 0.0  # (monotonic) after a short batch: no accept before then
         self._feeder: threading.Thread | None = None
         self._refill = threading.Event()  # the feeder has a batch to accept
         self._refill_limit = 0
@@ -227,6 +241,10 @@ class Feed:
                                 self._start_refill()
                             return run
                         if not self._accepting:
+                            linger = self._linger_until - time.monotonic()
+                            if linger > 0:
+                                self._cond.wait(linger)
+                                continue
                             self._accepting = True
                             limit = self._batch_size()
                             break
@@ -240,10 +258,12 @@ class Feed:
         """Accept up to ``limit`` jobs into the buffer (``_accepting`` was set by the caller)."""
         runs = []
         began = time.monotonic()
+        self._asked = 0
         try:
             runs = self._accept(limit)
         finally:
             with self._cond:
+                self._linger_until = began + ACCEPT_LINGER if 1 < len(runs) < self._asked else 0.0
                 if runs:
                     self._accept_pace += PACE_WEIGHT * (time.monotonic() - began - self._accept_pace)
                 self._accepting = False
@@ -252,8 +272,8 @@ class Feed:
 
     def _refill_due(self) -> bool:
         """(Under the lock.)  The buffer runs out sooner than an accept takes, and there is
-        room for more jobs in hand: accept ahead."""
-        return (not self._accepting and len(self._ready) >= 1
+        room for more jobs in hand, and the last batch was not a short one: accept ahead."""
+        return (not self._accepting and not self._linger_until and len(self._ready) >= 1
                 and len(self._ready) * self._pace < self._accept_pace and self._room(len(self._finishes)) >= 1)
 
     def _room(self, written: int) -> int:
@@ -337,6 +357,7 @@ class Feed:
                 if batch:
                     self._finishes.commit(batch)
                 return []
+        self._asked = limit
         write, lost = self._finishes.writer(batch) if batch else (None, None)
         began = tracing.clock()
         try:

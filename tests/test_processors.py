@@ -670,6 +670,55 @@ def test_one_short_job_is_enough_to_take_the_next_jobs_in_a_batch(db, monkeypatc
     assert held[:2] == [1, 8]
 
 
+def test_after_a_short_batch_the_next_accept_lingers_but_not_after_a_lone_job_or_a_full_batch(db, monkeypatch):
+    """A batch of more than one job but fewer than asked (the queue drained while jobs
+    keep coming): the processor's next accept begins ACCEPT_LINGER after that one began at
+    the earliest, and none is made ahead meanwhile.  Lone jobs and full batches go on at
+    once (with the linger at a minute, these jobs would not all run in the deadline)."""
+    from processors import feed
+
+    monkeypatch.setattr(feed, "ACCEPT_LINGER", 60.0)
+    monkeypatch.setattr(feed, "PREFETCH_WINDOW", 0.5)  # (full batches of 8 even on a slow machine)
+    accepts = []  # (began, jobs asked, jobs taken)
+    accept = feed.Feed._accept
+
+    def spied(self, limit):
+        began = time.monotonic()
+        runs = accept(self, limit)
+        accepts.append((began, self._asked, len(runs)))
+        return runs
+
+    monkeypatch.setattr(feed.Feed, "_accept", spied)
+    p = Processor(db, prefetch=8)
+    done = []
+
+    @p.handler("t", timeout=30)
+    def handler(ctx):
+        done.append(ctx.job_id)
+
+    jobs.set_type_timeout(db, "t", 30)
+    with running(p, concurrency=1):
+        for i in range(3):  # lone jobs, one after another
+            jobs.add(db, "t", f"lone{i}")
+            assert wait_until(lambda: len(done) == i + 1)
+
+        @jobs.transactional
+        def add_many(tr):
+            for i in range(20):
+                jobs.add(tr, "t", f"j{i}", {})
+
+        add_many(db)  # in batches of 8, 8, then 4: a short one
+        assert wait_until(lambda: len(done) == 23)
+        short = [began for began, asked, taken in accepts if 1 < taken < asked]
+        assert len(short) == 1
+        jobs.add(db, "t", "late")
+        time.sleep(1.0)
+        assert jobs.get_job_state(db, "t", "late") == "pending"  # (the linger: a minute)
+        assert [a for a in accepts if a[0] > short[0]] == []
+    assert sorted(done) == sorted([f"lone{i}" for i in range(3)] + [f"j{i}" for i in range(20)])
+
+
+
 @pytest.mark.parametrize("prefetch", [None, 96])
 def test_batches_of_the_largest_jobs_and_results_fit_one_transaction(db, monkeypatch, prefetch):
     """An accept that takes a batch also writes the outcomes waiting: with jobs and results
