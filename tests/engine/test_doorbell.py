@@ -78,23 +78,28 @@ def test_rings_when_the_log_is_created_again(tmp_path):
         conn.close()
 
 
+def _armed(db, key: bytes = b"k") -> threading.Event:
+    """A watch on ``key`` armed through ``db``: the event set when it fires."""
+    tr = db.create_transaction()
+    future = tr.watch(key)
+    tr.commit().wait()
+    fired = threading.Event()
+    future.on_ready(lambda _f: fired.set())
+    return fired
+
+
 def _watch_fires_for_another_handle(tmp_path) -> EmbeddedDatabase:
     """Arm a watch on one handle, commit through another (as another process would: its
     commit pokes only its own handle), and wait for the watch.  Returns the watching db."""
     path = str(tmp_path / "jobs.sqlite")
     watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
     try:
-        tr = watcher.create_transaction()
-        future = tr.watch(b"k")
-        tr.commit().wait()
-        fired = threading.Event()
-        future.on_ready(lambda _f: fired.set())
+        fired = _armed(watcher)
         assert not fired.wait(0.1)
         tr = writer.create_transaction()
         tr.set(b"k", b"v")
         tr.commit().wait()
         assert fired.wait(30), "the watch did not fire"
-        future.wait()
         return watcher
     finally:
         writer.close()
@@ -136,11 +141,7 @@ def test_a_silent_doorbell_is_given_up(tmp_path, monkeypatch):
     watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
     try:
         for i in range(Watches.BELL_MISSES):
-            tr = watcher.create_transaction()
-            future = tr.watch(b"k")
-            tr.commit().wait()
-            fired = threading.Event()
-            future.on_ready(lambda _f: fired.set())
+            fired = _armed(watcher)
             assert not fired.wait(0.2)  # (the thread's first look is done: it waits on the bell)
             tr = writer.create_transaction()
             tr.set(b"k", b"%d" % i)
@@ -179,11 +180,7 @@ def _settle_held(tmp_path, monkeypatch, seconds: float):
     path = str(tmp_path / "jobs.sqlite")
     watcher, writer = EmbeddedDatabase(path), EmbeddedDatabase(path)
     try:
-        tr = watcher.create_transaction()
-        future = tr.watch(b"k")
-        tr.commit().wait()
-        fired = threading.Event()
-        future.on_ready(lambda _f: fired.set())
+        fired = _armed(watcher)
         assert not fired.wait(0.2)  # (the thread's first look is done: it waits on the bell)
         holding, settle = threading.Event(), writer._history.settle
 
