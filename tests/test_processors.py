@@ -674,9 +674,18 @@ def test_after_a_short_batch_the_next_accept_lingers_but_not_after_a_lone_job_or
     """A batch of more than one job but fewer than asked (the queue drained while jobs
     keep coming): the processor's next accept begins ACCEPT_LINGER after that one began at
     the earliest, and none is made ahead meanwhile.  Lone jobs and full batches go on at
-    once (with the linger at a minute, these jobs would not all run in the deadline)."""
+    once (with the linger at a minute, these jobs would not all run in the deadline).
+    (Accepts ahead are off in the run: capped by the room in hand, their sizes depend on
+    timing; the rule that keeps them off while lingering is checked on its own.)"""
+    from types import SimpleNamespace
+
     from processors import feed
 
+    refill_due = feed.Feed._refill_due
+    state = dict(_accepting=False, _ready=[object()], _pace=0.0, _accept_pace=1.0, _finishes=[], _room=lambda n: 8)
+    assert refill_due(SimpleNamespace(**state, _linger_until=0.0))
+    assert not refill_due(SimpleNamespace(**state, _linger_until=time.monotonic() + 60))
+    monkeypatch.setattr(feed.Feed, "_refill_due", lambda self: False)
     monkeypatch.setattr(feed, "ACCEPT_LINGER", 60.0)
     monkeypatch.setattr(feed, "PREFETCH_WINDOW", 0.5)  # (full batches of 8 even on a slow machine)
     accepts = []  # (began, jobs asked, jobs taken)
