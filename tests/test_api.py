@@ -591,6 +591,20 @@ def test_accept_many_bad_limit(db, limit):
         jobs.accept_many(db, T, limit, timeout=0)
 
 
+def test_accept_many_of_more_large_jobs_than_one_transaction_rewrites_takes_them_in_several(db):
+    """150 jobs of 90 kB are 13.5 MB of rows (FoundationDB takes 10 MB a transaction): one
+    accept_many takes as many as fit half of that, the next ones the rest, none twice;
+    it failed with 2101 (transaction too large) at every call before."""
+    for lo in range(0, 150, 25):  # (added 25 at a time: 150 are too large for one add_many too)
+        jobs.add_many(db, T, [jobs.NewJob(f"j{i:03d}", {"blob": "x" * 90_000}) for i in range(lo, lo + 25)])
+    taken, calls = [], 0
+    while batch := jobs.accept_many(db, T, 150, timeout=0):
+        calls += 1
+        taken += [j.id for j in batch]
+    assert sorted(taken) == [f"j{i:03d}" for i in range(150)]
+    assert 3 <= calls <= 4  # (about 55 rows fit 5 MB)
+
+
 def test_accept_many_retried_after_unknown_commit_returns_the_same_batch(db, monkeypatch):
     """1021 after the batch committed: the retry returns the jobs it locked, no others."""
     from jobs.accepting import AcceptCall
