@@ -180,27 +180,25 @@ class AcceptCall:
         else:
             picked = pending.pick(tr, self.type, max_stime, room, self.no_schedule)
         waits = pending.waits(tr, picked, now)
-        picked, rows_read = self._within_budget(tr, picked, admission)
+        picked, rows = self._within_budget(tr, picked, admission)
         ids = pending.take(tr, picked)
         if not ids:
             if turns is not None and turns.wrote:
                 return None  # keys moved: attempt again, from what this attempt wrote
             return self._nothing(tr, also, max_stime, admission.due, keyed=turns is not None)
-        taken = self._lock(tr, ids, admission, rows_read)
+        taken = self._lock(tr, ids, admission, rows)
         if not taken:
             return None
         rates.started(tr, self.type, waits[:len(taken)])
         store_id = store_ids.store_id_of(store)
         return [self._job(job_id, row, store_id) for job_id, row in taken]
 
-    def _within_budget(self, tr, picked: list[bytes], admission) -> tuple[list[bytes], list | None]:
+    def _within_budget(self, tr, picked: list[bytes], admission) -> tuple[list[bytes], list]:
         """The first of ``picked`` whose rows one transaction can rewrite (``ROWS_BYTES`` in
         all, one row at least; the others' key slots given back), and their rows' futures
-        (None for one pick: not read yet): a batch of large jobs is taken by several
-        accepts, where it failed with 2101 (too large) at every attempt."""
-        if len(picked) < 2:
-            return picked, None
-        futures = [tr.get(keys.data_key(self.type, keys.job_id_of(key))) for key in picked]  # in parallel
+        (read in parallel): a batch of large jobs is taken by several accepts, where it
+        failed with 2101 (too large) at every attempt."""
+        futures = [tr.get(keys.data_key(self.type, keys.job_id_of(key))) for key in picked]
         total = 0
         for n, future in enumerate(futures):
             total += len(value_of(future) or b"")
@@ -210,11 +208,9 @@ class AcceptCall:
                 return picked[:n], futures[:n]
         return picked, futures
 
-    def _lock(self, tr, ids: list[str], admission, futures: list | None = None) -> list[tuple[str, Row]]:
-        """Lock the jobs taken from the queue, each with the running slots it holds
-        (``futures``: their rows, if read already)."""
-        if futures is None:
-            futures = [tr.get(keys.data_key(self.type, job_id)) for job_id in ids]  # read in parallel
+    def _lock(self, tr, ids: list[str], admission, futures: list) -> list[tuple[str, Row]]:
+        """Lock the jobs taken from the queue (``futures``: their rows, read by
+        :meth:`_within_budget`), each with the running slots it holds."""
         taken = []
         worker = this_worker()
         tally = counts.Tally()

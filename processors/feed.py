@@ -218,7 +218,6 @@ class Feed:
         self._paced = False  # a run was measured: the pace is no longer the guess above
         self._accept_pace = 0.0  # moving average of an accept's seconds, when it found jobs
         self._pause = 0.0
-        self._asked = 0  # the limit of the accept under way (after the room's cap)
         self._linger_until = 0.0  # (monotonic) after a short batch: no accept before then
         self._feeder: threading.Thread | None = None
         self._refill = threading.Event()  # the feeder has a batch to accept
@@ -256,14 +255,13 @@ class Feed:
 
     def _fill(self, limit: int) -> None:
         """Accept up to ``limit`` jobs into the buffer (``_accepting`` was set by the caller)."""
-        runs = []
+        runs, asked = [], 0
         began = time.monotonic()
-        self._asked = 0
         try:
-            runs = self._accept(limit)
+            runs, asked = self._accept(limit)
         finally:
             with self._cond:
-                self._linger_until = began + ACCEPT_LINGER if 1 < len(runs) < self._asked else 0.0
+                self._linger_until = began + ACCEPT_LINGER if 1 < len(runs) < asked else 0.0
                 if runs:
                     self._accept_pace += PACE_WEIGHT * (time.monotonic() - began - self._accept_pace)
                 self._accepting = False
@@ -345,9 +343,10 @@ class Feed:
         by_pace = math.ceil(self.lanes * PREFETCH_WINDOW / max(self._pace, 1e-6))
         return max(1, min(self.prefetch, max(self._idle, by_pace)))
 
-    def _accept(self, limit: int) -> list:
+    def _accept(self, limit: int) -> tuple[list, int]:
         """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction
-        (``-limit``: a batch ahead, also capped by the room in hand)."""
+        (``-limit``: a batch ahead, also capped by the room in hand): the runs, and the
+        number of jobs asked for (after that cap)."""
         # (the outcomes carried fit beside the rows taken, each up to ROW_BYTES: the
         # transaction stays under FoundationDB's size limit however large the jobs are)
         batch = self._finishes.take((TRANSACTION_ROWS - abs(limit)) * ROW_BYTES)
@@ -356,8 +355,7 @@ class Feed:
             if limit < 1:  # (cannot happen: the room only grew since the refill was due)
                 if batch:
                     self._finishes.commit(batch)
-                return []
-        self._asked = limit
+                return [], limit
         write, lost = self._finishes.writer(batch) if batch else (None, None)
         began = tracing.clock()
         try:
@@ -365,22 +363,22 @@ class Feed:
             self._pause = 0.0
         except Alone:  # the accept is retrying: its outcomes go first, on their own
             self._finishes.commit(batch)
-            return []
+            return [], limit
         except Exception as exc:  # noqa: BLE001 - sorted below
             if batch:  # not written: on their own, then
                 self._finishes.commit(batch)
             if isinstance(exc, jobs.StoreError):  # the store cannot be used (layout, corruption): stop
                 self.fatal = exc
-                return []
+                return [], limit
             log.exception("accept failed")  # the store failing: log, pause, go on
             self._stats["errors"] += 1
             self._pause = min(ERROR_PAUSE_MAX, max(0.05, self._pause * 2))
             self._stopping.wait(self._pause)
-            return []
+            return [], limit
         if batch:
             self._finishes.report(batch, lost)
         if not taken:
-            return []
+            return [], limit
         runs = self._hold(taken)
         tracing.accepted(taken, began)  # (after: the jobs are held whatever tracing does)
-        return runs
+        return runs, limit

@@ -693,9 +693,9 @@ def test_after_a_short_batch_the_next_accept_lingers_but_not_after_a_lone_job_or
 
     def spied(self, limit):
         began = time.monotonic()
-        runs = accept(self, limit)
-        accepts.append((began, self._asked, len(runs)))
-        return runs
+        runs, asked = accept(self, limit)
+        accepts.append((began, asked, len(runs)))
+        return runs, asked
 
     monkeypatch.setattr(feed.Feed, "_accept", spied)
     p = Processor(db, prefetch=8)
