@@ -72,6 +72,9 @@ class Turn:
         self._blocked = False  # the waiting thread is (or is about to be) blocked on the lock
         self._notify: threading.Event | None = None
         self._keep_until: float | None = None  # (monotonic) held through a short run until then
+        self._wake_at: float | None = None  # (monotonic) when the waiting thread's timed wait ends
+        self._kept = 0  # keep() calls, over this processor's life
+        self._keep_span = 0.0  # the last keep's seconds
         self._closed = False
         self.taken = 0  # turns held, over this processor's life
 
@@ -113,8 +116,13 @@ class Turn:
         with self._lock:
             if self._alone or not self._held or self._closed:
                 return False
-            self._keep_until = time.monotonic() + seconds
-            self._rouse_waiter()
+            self._keep_until = until = time.monotonic() + seconds
+            self._keep_span = seconds
+            self._kept += 1
+            # (a thread in a timed wait ending by then looks at the deadline anyway: a busy
+            # processor keeping the turn job after job does not wake it each time)
+            if self._wake_at is None or until < self._wake_at:
+                self._rouse_waiter()
             return True
 
     def _rouse_waiter(self) -> None:
@@ -133,17 +141,26 @@ class Turn:
         """The waiting thread, one per Turn for its life: blocks on the lock each time the
         turn is wanted, and gives up a turn kept past its run's deadline (:meth:`keep`),
         until closed (no thread started per wait)."""
+        kept = self._kept
         while True:
             with self._lock:
                 while not self._wanted and not self._closed:
-                    until = self._keep_until
-                    if until is None:
-                        self._ready.wait()
-                    elif time.monotonic() < until:
-                        self._ready.wait(until - time.monotonic())
-                    else:  # (the run went on longer: another idle processor watches)
-                        self._keep_until = None
+                    until, now = self._keep_until, time.monotonic()
+                    if until is not None and now >= until:  # (the run went on longer: another
+                        self._keep_until = None              # idle processor watches)
                         self._give_up()
+                        continue
+                    if until is None:
+                        if kept == self._kept:  # not kept since the last look: wait to be told
+                            self._ready.wait()
+                            continue
+                        # back, but kept since the last look: busy, likely to keep it again
+                        # soon: look again in a keep's time rather than be woken each time
+                        until = now + self._keep_span
+                    kept = self._kept
+                    self._wake_at = until
+                    self._ready.wait(until - now)
+                    self._wake_at = None
                 if self._closed:
                     self._waiter = None
                     self._close_fd()

@@ -205,6 +205,31 @@ def test_a_turn_kept_through_a_run_goes_to_the_waiter_if_the_run_outlasts_it(pat
     second.close()
 
 
+def test_a_holder_keeping_the_turn_job_after_job_does_not_wake_its_waiting_thread_each_time(path, monkeypatch):
+    """A busy processor keeps the turn after each short run (``keep``, then ``resume`` as
+    its next accept begins): the waiting thread, in a wait that ends by the deadline,
+    looks at the deadline then, rather than being woken at every keep.  A run that
+    outlasts the last keep still gives the turn to a waiter."""
+    roused = collections.Counter()
+    rouse = Turn._rouse_waiter
+    monkeypatch.setattr(Turn, "_rouse_waiter", lambda self: (roused.update([self]), rouse(self)))
+    first, second = Turn(path), Turn(path)
+    assert first.take() and first.keep(5.0)
+    assert wait_until(lambda: first._wake_at is not None)  # (its thread waits, until the deadline)
+    first.resume()
+    roused.clear()
+    for _ in range(200):
+        assert first.keep(5.0)
+        first.resume()
+    assert roused[first] == 0
+    came = threading.Event()
+    second.wait(came)
+    assert first.keep(0.05)  # (a shorter deadline than the thread's wait: it is told)
+    assert came.wait(DEADLINE) and second.held and not first.held
+    first.close()
+    second.close()
+
+
 def test_one_thread_waits_for_the_turn_over_many_hand_overs_and_ends_at_close(path):
     first, second = Turn(path), Turn(path)
     assert first.take()
