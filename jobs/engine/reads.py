@@ -316,8 +316,8 @@ class TransactionRead:
             return RangeResult(rows, self)
         if self._unreadable and overlaps_spans(begin, end, self._unreadable):
             raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
-        ryw = self._sees_own_writes(snapshot)
-        if ryw and (self._writes or self._cleared):
+        own = self._sees_own_writes(snapshot) and self._wrote_in(begin, end)
+        if own:
             for k, v in self._scan(begin, end, reverse):
                 rows.append(KeyValue(k, v))
                 if len(rows) == limit:
@@ -333,8 +333,16 @@ class TransactionRead:
                 span = (rows[-1].key, end)
             else:
                 span = (begin, rows[-1].key + b"\x00")
-            self._reads.extend(self._not_own(*span) if ryw and (self._writes or self._cleared) else (span,))
+            self._reads.extend(self._not_own(*span) if own else (span,))
         return RangeResult(rows, self)
+
+    def _wrote_in(self, begin: bytes, end: bytes) -> bool:
+        """Whether this transaction set, cleared or changed a key of ``[begin, end)``: a range
+        read elsewhere (an accept's of the queue, after the outcomes it carries wrote rows)
+        is the store's rows alone."""
+        if self._cleared and overlaps_spans(begin, end, self._cleared):
+            return True
+        return any(begin <= k < end for k in self._writes)
 
     def _not_own(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """The parts of ``[begin, end)`` whose contents this transaction does not know from

@@ -338,6 +338,29 @@ def test_limited_reverse_range_read_conflicts_only_on_scanned_part(db, ks, abcde
         commit(t2)
 
 
+def test_limited_range_read_after_writes_elsewhere_reads_the_store_and_conflicts_on_the_scanned_part(db, ks, abcde):
+    """Writes outside the range (before it, at its excluded end, a cleared span after it)
+    change neither what a limited read returns nor the part it conflicts on."""
+    begin, end = abcde("b"), abcde("e")
+
+    def read_after_writes(tr):
+        tr.set(abcde("a"), b"before the range")
+        tr.set(end, b"at its end, excluded")
+        tr.clear_range(ks.pack(("f",)), ks.pack(("g",)))
+        return [(key, value) for key, value in rows(tr.get_range(begin, end, limit=2))]
+
+    t1 = db.create_transaction()
+    assert read_after_writes(t1) == [(abcde("b"), b"2"), (abcde("c"), b"3")]
+    put(db, {abcde("d"): b"unscanned"})
+    commit(t1)
+
+    t2 = db.create_transaction()
+    read_after_writes(t2)
+    put(db, {abcde("bb"): b"inside the scanned part"})
+    with expect_fdb_error(1020):
+        commit(t2)
+
+
 def test_add_read_conflict_key(db, ks):
     k, other = ks.pack(("k",)), ks.pack(("other",))
     t1 = db.create_transaction()
