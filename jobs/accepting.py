@@ -39,10 +39,17 @@ ROWS_BYTES = TRANSACTION_SIZE_LIMIT // 2
 WATCH_ERROR_PAUSE = 0.05
 
 
+_worker: tuple[int, str] = (0, "")  # (pid, "host/pid"): this_worker()'s, for the process that made it
+
+
 def this_worker() -> str:
-    """``"host/pid"`` of this process, as accept records it in the rows it locks (read at
-    each call: a forked child is another worker)."""
-    return f"{socket.gethostname()}/{os.getpid()}"
+    """``"host/pid"`` of this process, as accept records it in the rows it locks (made once
+    per process: a forked child is another worker)."""
+    global _worker
+    pid = os.getpid()
+    if _worker[0] != pid:
+        _worker = (pid, f"{socket.gethostname()}/{pid}")
+    return _worker[1]
 
 
 @dataclass(frozen=True)
@@ -157,11 +164,11 @@ class AcceptCall:
     def _body(self, tr, also=None):
         self._new_picks = []
         keys.check_layout(tr)
-        if also is not None:
-            also(tr)
         store = store_ids.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
         limits_record = limits.read(tr, self.type)  # with a conflict too: a change makes it retry
+        if also is not None:  # (after the reads above are asked for: they go out with its own)
+            also(tr)
         mine = self._already_mine(tr)
         if mine:  # (taken before any pause that committed since: it conflicted otherwise)
             store_id = store_ids.store_id_of(store)

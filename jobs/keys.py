@@ -335,7 +335,7 @@ def finished_job_key(type: str, job_id: str) -> bytes:
 
 
 def retention_key(type: str) -> bytes:
-    return RETENTION.pack((type,))
+    return _prefix(RETENTION, type)  # (cached: every finish reads it)
 
 
 def retention_backfill_key(type: str) -> bytes:

@@ -4,6 +4,7 @@ detected (``worker.py``, ``accepting.py``)."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 import weakref
 
@@ -51,4 +52,10 @@ def store_id_future(tr):
 
 def store_id_of(future) -> bytes | None:
     raw = value_of(future)
-    return None if raw is None else _unpack_meta(raw, "store id")
+    return None if raw is None else _store_id(raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _store_id(raw: bytes) -> bytes:
+    """The store id packed in ``raw`` (decoded once: every accept and finish reads it)."""
+    return _unpack_meta(raw, "store id")
