@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from bisect import bisect_left
 
 from .atomic import ATOMIC_OPS, KEEPS_A_VALUE
 from .history import CEILING_STEP
@@ -65,28 +66,47 @@ def apply_log(conn, log: list, stamp: bytes) -> None:
         _apply_sums(conn, summed)
 
 
-def write_ranges(log: list, no_conflict: set, stamp: bytes, extra_writes: list) -> list[tuple[bytes, bytes]]:
-    """A commit's write conflict ranges, sorted and disjoint: the key or range of each
-    mutation in ``log`` (a versionstamped key where its stamp puts it) but those made under
-    next_write_no_write_conflict_range (``no_conflict``: their indexes), and
-    ``extra_writes``.  Keys written are one range each (the ranges of two neighbouring keys
-    touch, which a conflict check takes as it takes one range): merged only with ranges."""
+def write_ranges(log: list, no_conflict: set, extra_writes: list) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+    """A commit's write conflict ranges as far as they do not depend on its version (worked
+    out before the write lock is taken), sorted and disjoint: the key or range of each
+    mutation in ``log`` but those made under next_write_no_write_conflict_range
+    (``no_conflict``: their indexes), and ``extra_writes``; and the keys of its
+    versionstamped-key writes (:func:`with_stamped` places them once the version is
+    known).  Keys written are one range each (the ranges of two neighbouring keys touch,
+    which a conflict check takes as it takes one range): merged only with ranges."""
     if no_conflict:
         log = [m for i, m in enumerate(log) if i not in no_conflict]
     elif len(log) == 1 and log[0][0] == "set" and not extra_writes:  # (one key set: at once)
-        return [(log[0][1], log[0][1] + b"\x00")]
+        return [(log[0][1], log[0][1] + b"\x00")], []
     points = {m[1] for m in log if m[0] == "set"}  # (the commonest, in one pass)
-    spans = []
+    spans, stamped = [], []
     for m in [m for m in log if m[0] != "set"]:
         kind = m[0]
         if kind == "clear_range":
             spans.append((m[1], m[2]))
+        elif kind == "stamp_key":
+            stamped.append(m[1])
         else:
-            points.add(apply_stamp(m[1], stamp) if kind == "stamp_key" else m[2] if kind == "atomic" else m[1])
+            points.add(m[2] if kind == "atomic" else m[1])
     ranges = [(key, key + b"\x00") for key in sorted(points)]
     if spans or extra_writes:
-        return merge_ranges(ranges + spans + extra_writes)
-    return ranges
+        return merge_ranges(ranges + spans + extra_writes), stamped
+    return ranges, stamped
+
+
+def with_stamped(ranges: list[tuple[bytes, bytes]], stamped: list[bytes], stamp: bytes) -> list[tuple[bytes, bytes]]:
+    """``ranges`` (:func:`write_ranges`) with the ``stamped`` keys' ranges, their
+    versionstamp ``stamp`` filled in (under the write lock: the version is known)."""
+    if not stamped:
+        return ranges
+    out = list(ranges)
+    for template in stamped:
+        key = apply_stamp(template, stamp)
+        i = bisect_left(out, (key,))  # (the first range that begins at the key or after it)
+        if (i < len(out) and out[i][0] == key) or (i and out[i - 1][1] > key):
+            continue  # within a range already
+        out.insert(i, (key, key + b"\x00"))
+    return out
 
 
 def _execute(conn, sql: str, rows: list) -> None:
@@ -161,6 +181,11 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
     SQLite's write lock), which saves ending it and beginning another; else it is ended
     here, before the log is applied in a transaction of its own."""
     history = db._history
+    # (before the lock, what does not need it: ending a snapshot that a commit since has
+    # made stale, and the write ranges but those of versionstamped keys)
+    if conn.in_transaction and not history.quiet_since(read_version):
+        conn.execute("COMMIT")
+    ranges, stamped = write_ranges(log, no_conflict, extra_writes)
     with db._write_lock():
         version = history.begin()
         if conn.in_transaction and version != read_version:  # (a commit since: a stale snapshot)
@@ -172,7 +197,7 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
         # per commit), so a versionstamp tells when it was written on both engines.
         version = max(version + 1, int(now * VERSIONS_PER_SECOND))
         stamp = version.to_bytes(8, "big") + b"\x00\x00"
-        history.record(version, now, write_ranges(log, no_conflict, stamp, extra_writes))
+        history.record(version, now, with_stamped(ranges, stamped, stamp))
         if no_conflict:  # (writes the ring does not show: watches must read the store)
             history.unrecorded(version)
         ceiling = version + CEILING_STEP if version > history.ceiling else None

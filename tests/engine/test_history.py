@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import marshal
 import os
+import random
 import signal
 import sqlite3
 import struct
@@ -22,6 +23,7 @@ from jobs.engine import commit as commit_module
 from jobs.engine import history, watches
 from jobs.engine.futures import wait_future
 from jobs.engine.embedded import EmbeddedDatabase
+from jobs.engine.ranges import merge_ranges
 from jobs.engine.urls import StoreOpenError, open_database
 
 
@@ -267,6 +269,63 @@ def test_a_one_write_commit_is_one_sqlite_statement(path, monkeypatch):
         tr.commit().wait()
         assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "SELECT", "COMMIT", "INSERT"]  # (put: another connection)
         assert [db.get(k) for k in (b"c", b"d", b"e")] == [b"v", b"v", b"v"]
+
+
+def test_a_snapshot_a_commit_since_made_stale_is_ended_before_the_write_lock_is_taken(path, monkeypatch):
+    """Only what must be serialized runs under the store's write lock: a transaction whose
+    read snapshot cannot become its write transaction (another commit came since) ends it
+    first."""
+    with EmbeddedDatabase(path) as db:
+        put(db, b"a")
+        statements: list[str] = []
+        conn = db._get_conn()
+        conn.set_trace_callback(statements.append)
+        db._put_conn(conn, rollback=False)
+        enter = type(db._writer).__enter__
+        monkeypatch.setattr(type(db._writer), "__enter__", lambda lock: (statements.append("LOCK"), enter(lock))[1])
+        tr = db.create_transaction()
+        tr.get(b"a").wait()
+        tr.set(b"d", b"v")
+        other = db.create_transaction()
+        other.set(b"e", b"v")
+        other.commit().wait()
+        statements.clear()
+        tr.commit().wait()
+        assert [s.split()[0] for s in statements] == ["COMMIT", "LOCK", "INSERT"]
+        assert [db.get(k) for k in (b"d", b"e")] == [b"v", b"v"]
+
+
+def test_write_ranges_worked_out_before_the_lock_are_those_of_every_write_once_stamped():
+    """``write_ranges`` (before the lock) and ``with_stamped`` (under it) give the ranges of
+    every write of the log, versionstamped keys where their stamp puts them, sorted and
+    disjoint, and nothing else."""
+    rng = random.Random(7)
+    stamp = (123456789).to_bytes(8, "big") + b"\x00\x00"
+    for _ in range(300):
+        keys = [bytes([rng.randrange(97, 102)]) * rng.randrange(1, 3) for _ in range(rng.randrange(1, 12))]
+        log, expected = [], []
+        for key in keys:
+            kind = rng.choice(["set", "clear", "atomic", "clear_range", "stamp_key"])
+            if kind == "set":
+                log.append(("set", key, b"v"))
+            elif kind == "clear":
+                log.append(("clear", key))
+            elif kind == "atomic":
+                log.append(("atomic", "add", key, b"\x01"))
+            elif kind == "clear_range":
+                log.append(("clear_range", key, key + b"\xff"))
+                expected.append((key, key + b"\xff"))
+                continue
+            else:  # a key whose 10 bytes from offset 1 take the stamp
+                log.append(("stamp_key", key[:1] + b"\x00" * 10 + key[1:] + (1).to_bytes(4, "little"), b"v"))
+                key = key[:1] + stamp + key[1:]
+            expected.append((key, key + b"\x00"))
+        extra = [(b"c", b"cc")] if rng.random() < 0.3 else []
+        ranges, stamped = commit_module.write_ranges(log, set(), extra)
+        out = commit_module.with_stamped(ranges, stamped, stamp)
+        assert out == sorted(out) and all(b < e for b, e in out)
+        assert all(e <= b for (_b0, e), (b, _e1) in zip(out, out[1:]))  # disjoint
+        assert merge_ranges(out) == merge_ranges(expected + extra)
 
 
 @pytest.mark.parametrize("writes", [1, 3])
