@@ -4,8 +4,8 @@ A lane whose handler returned queues the outcome (finish, with a resubmission fo
 and recurring jobs) and goes on to its next job.  The queue is written by the next accept
 transaction (when nothing prefetched is left: one commit finishes the last batch and takes
 the next), as much of it as fits beside the rows that accept may take (``TRANSACTION_ROWS``
-rows of ``ROW_BYTES`` in all), in its first attempt only (a retried accept hands it back,
-:class:`Alone`), or
+rows of ``ROW_BYTES`` in all), in its first two attempts only (an accept retried again
+hands it back, :class:`Alone`), or
 committed on its own when it holds ``limit`` outcomes or its oldest has
 waited ``FINISH_DELAY`` seconds (one such committer at a time).  Every job
 keeps its own fence inside the shared transaction: a job lost meanwhile (``Halt``) writes
@@ -28,6 +28,10 @@ FINISH_DELAY = 0.01  # longest wait of a queued outcome for others to commit wit
 FINISH_LIMIT = 64  # outcomes per transaction: 64 values at FDB's 100 kB limit stay under 10 MB
 ROW_BYTES = 100_000  # most bytes of a job's row (FoundationDB's value limit)
 TRANSACTION_ROWS = 96  # job rows one transaction writes at most: 9.6 MB of FDB's 10 MB at ROW_BYTES each
+# Attempts of an accept that carry the queued outcomes: the first and its first retry (an
+# accept that conflicted commits them with the job it takes next, rather than in a
+# transaction of their own and then the accept's again).
+CARRIES = 2
 
 
 class Alone(Exception):
@@ -107,19 +111,21 @@ class Finishes:
     def writer(self, batch: list):
         """``(write, lost)``: ``write(tr)`` writes ``batch`` inside a caller's transaction
         (e.g. the next accept's), ``lost`` then holds the runs whose jobs were lost in the
-        attempt that committed.  Only the first attempt carries them: called again (that
-        attempt did not commit, or did behind 1021), ``write`` raises :class:`Alone`, and
-        the caller commits ``batch`` on its own (:meth:`commit`).  An accept that conflicts
-        again and again (backing off longer each time) must not hold the outcomes past the
-        jobs' type timeout: they are not heartbeated while they wait."""
+        attempt that committed.  The first ``CARRIES`` attempts carry them (a retry after
+        a conflict backs off 10 ms at most; one after 1021 finds the finishes that
+        committed and writes nothing again); called once more, ``write`` raises
+        :class:`Alone`, and the caller commits ``batch`` on its own (:meth:`commit`).  An
+        accept that conflicts again and again (backing off longer each time) must not hold
+        the outcomes past the jobs' type timeout: they are not heartbeated while they wait."""
         lost: set = set()
         tries = 0
 
         def write(tr) -> None:
             nonlocal tries
             tries += 1
-            if tries > 1:
+            if tries > CARRIES:
                 raise Alone(len(batch))
+            lost.clear()  # (an attempt before did not commit, or its finishes are repeats now)
             lost.update(_write_all(tr, batch))
 
         return write, lost

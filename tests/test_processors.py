@@ -896,6 +896,45 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     assert 1 <= stats["accept_batches"] <= stats["accepted"] == 12
 
 
+def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, monkeypatch):
+    """A conflict costs one more attempt, not a transaction of the outcomes' own besides:
+    the first retry of an accept (backing off 10 ms at most) carries the outcomes too,
+    and each is written once."""
+    from jobs.accepting import AcceptCall
+    from jobs.engine.errors import NOT_COMMITTED, FDBError
+    from processors.finishes import Alone
+
+    body = AcceptCall._body
+    first, retries = [], []  # the outcomes' writer of the accept that conflicted; its retries
+
+    def once(self, tr, also=None):
+        if also is None:
+            return body(self, tr)
+        if not first:  # (the first accept that carries outcomes conflicts, once)
+            first.append(also)
+            also(tr)
+            raise FDBError(NOT_COMMITTED)
+        if also is not first[0]:
+            return body(self, tr, also)
+
+        def carried(tr):
+            try:
+                also(tr)
+            except Alone:
+                retries.append("alone")
+                raise
+            retries.append("carried")
+
+        return body(self, tr, carried)
+
+    monkeypatch.setattr(AcceptCall, "_body", once)
+    ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1)
+    assert sorted(ran) == sorted(ids) and first
+    assert retries[0] == "carried"  # (a real conflict of that retry with an add may follow)
+    assert stats["succeeded"] == 12
+    assert [jobs.get_job_state(db, "t", job_id) for job_id in ids] == ["finished"] * 12
+
+
 def test_accepts_that_find_nothing_are_counted(db):
     """Once the queue is empty the processor's accepts find nothing (``accept_empty``):
     the one that writes the last outcomes (and arms the watches after its commit)."""
