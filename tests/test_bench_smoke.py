@@ -184,3 +184,17 @@ def test_the_batched_instruction_ops_do_what_they_count(tmp_path, op):
     want = {"add_many-data": {"pending": n}, "accept_many": {"running": n},
             "accept_many+finish_many": {"finished": n}}[op]
     assert dict(states) == want
+
+
+def test_sharing_bench_runs_one_store_and_one_each(capsys, monkeypatch):
+    """bench.sharing: the processes on one store, then each on its own, every job run (a
+    job takes one write-lock acquisition at least: its accept, carrying the outcome before)."""
+    from bench import sharing
+
+    monkeypatch.delenv("JOBS_STORE", raising=False)
+    assert sharing.main(["--procs", "2", "--jobs", "30", "--rounds", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("one")]
+    assert [row[1] for row in rows] == ["shared", "each"]
+    assert all(int(row[-1].replace(",", "")) >= 60 and float(row[-2]) > 0 for row in rows)
+    with pytest.raises(SystemExit):
+        sharing.main(["--procs", "0"])
