@@ -356,6 +356,14 @@ class Feed:
                 if batch:
                     self._finishes.commit(batch)
                 return [], limit
+        else:  # (a lane's: the jobs other lanes run are theirs to hold; the rest in hand
+            # beyond the outcomes carried here are outcomes committed on their own)
+            limit = min(limit, self._room(len(batch)) + self.lanes - self._idle)
+            if limit < 1:  # every slot held by outcomes being committed: wait for them
+                if batch:
+                    self._finishes.commit(batch)
+                self._finishes.flush()
+                return [], limit
         write, lost = self._finishes.writer(batch) if batch else (None, None)
         began = tracing.clock()
         try:
