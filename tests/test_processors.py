@@ -1035,3 +1035,54 @@ def test_an_interrupt_meant_for_an_ended_call_never_hits_the_next_one():
 
     result, error = lane.run(interrupted)
     assert result is None and isinstance(error, Interrupted) and lane.interrupted
+
+
+class _InFlight:
+    """Finishes with ``queued`` outcomes for an accept to carry; ``flush`` (which waits for
+    the outcomes being committed on their own) is counted."""
+
+    def __init__(self, queued: int):
+        self.queued, self.flushed = queued, 0
+
+    def __len__(self):
+        return self.queued
+
+    def take(self, room=None):
+        batch, self.queued = ["outcome"] * self.queued, 0
+        return batch
+
+    def writer(self, batch):
+        return (lambda tr: None), set()
+
+    def report(self, batch, lost):
+        pass
+
+    def commit(self, batch):
+        pass
+
+    def flush(self, wait=True):
+        self.flushed += 1
+
+
+def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_own(db):
+    """A lane's accept (not one ahead) takes no more than prefetch less the jobs still in
+    hand beyond the outcomes it carries, the jobs other lanes run excepted; with no room
+    left it waits for them (``flush``) and takes nothing this time."""
+    from processors.feed import Feed
+
+    hand = {"runs": 8}  # (held until their outcomes are written)
+    finishes = _InFlight(queued=1)  # (and 7 being committed on their own)
+    feed = Feed(db, ["t"], 1, 8, hold=lambda taken: taken, in_hand=lambda: hand["runs"], finishes=finishes,
+                stopping=threading.Event(), stats={})
+    asked = []
+    feed.acceptor.step = lambda slice_seconds, limit, also=None: asked.append(limit) or []
+    feed._idle = 1  # (the lane accepting)
+    feed._accept(8)
+    assert asked == [1] and not finishes.flushed  # 8 in hand, 1 carried: room for 1
+
+    assert feed._accept(8) == ([], 0)  # 8 in hand, none to carry: it waits for them
+    assert finishes.flushed == 1 and asked == [1]
+
+    feed.lanes, hand["runs"] = 4, 3  # three other lanes running their jobs
+    feed._accept(8)
+    assert asked == [1, 8]  # (theirs are not prefetched jobs)
