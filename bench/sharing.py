@@ -39,8 +39,9 @@ def _fill(url: str, n: int) -> None:
         jobs.add_many(db, TYPE, [f"j{i:09d}" for i in range(n)])  # (in chunks of a transaction each)
 
 
-def _serve(url: str, n: int, go, out) -> None:
-    """(A process.)  Run ``n`` jobs with one lane, then report (jobs/s, CPU s, lock acquired)."""
+def _serve(url: str, n: int, ready, go, out) -> None:
+    """(A process.)  Once every process is ready, run ``n`` jobs with one lane, then report
+    (jobs/s, CPU s, lock acquired)."""
     with jobs.open(url) as db:
         p = processors.Processor(db, monitor=False, grace=1, prefetch=1)
         ran = [0]
@@ -51,6 +52,7 @@ def _serve(url: str, n: int, go, out) -> None:
             if ran[0] == n:
                 p.stop()
 
+        ready.put(None)
         go.wait()
         began, cpu = time.perf_counter(), time.process_time()
         p.run(1, signals=False)
@@ -63,12 +65,13 @@ def run(procs: int, per_proc: int, shared: bool, directory: str) -> dict:
     for url in stores:
         _fill(url, per_proc * (procs if shared else 1))
     ctx = multiprocessing.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    workers = [ctx.Process(target=_serve, args=(stores[0 if shared else i], per_proc, go, out))
+    ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    workers = [ctx.Process(target=_serve, args=(stores[0 if shared else i], per_proc, ready, go, out))
                for i in range(procs)]
     for w in workers:
         w.start()
-    time.sleep(1.0)  # (let them import and open their stores: the clock is each one's own)
+    for _ in workers:  # (all imported, their stores open: none starts alone)
+        ready.get(timeout=120)
     go.set()
     results = [out.get(timeout=600) for _ in workers]
     for w in workers:

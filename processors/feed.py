@@ -344,26 +344,24 @@ class Feed:
         return max(1, min(self.prefetch, max(self._idle, by_pace)))
 
     def _accept(self, limit: int) -> tuple[list, int]:
-        """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction
-        (``-limit``: a batch ahead, also capped by the room in hand): the runs, and the
-        number of jobs asked for (after that cap)."""
+        """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction,
+        within the room in hand (``-limit``: a batch ahead; a lane's own accept does not
+        count the jobs the other lanes are running): the runs, and the number of jobs
+        asked for (after that cap)."""
         # (the outcomes carried fit beside the rows taken, each up to ROW_BYTES: the
         # transaction stays under FoundationDB's size limit however large the jobs are)
         batch = self._finishes.take((TRANSACTION_ROWS - abs(limit)) * ROW_BYTES)
-        if limit < 0:
-            limit = min(-limit, self._room(len(batch)))
-            if limit < 1:  # (cannot happen: the room only grew since the refill was due)
-                if batch:
-                    self._finishes.commit(batch)
-                return [], limit
-        else:  # (a lane's: the jobs other lanes run are theirs to hold; the rest in hand
-            # beyond the outcomes carried here are outcomes committed on their own)
-            limit = min(limit, self._room(len(batch)) + self.lanes - self._idle)
-            if limit < 1:  # every slot held by outcomes being committed: wait for them
-                if batch:
-                    self._finishes.commit(batch)
+        ahead = limit < 0
+        room = self._room(len(batch)) + (0 if ahead else self.lanes - self._idle)
+        limit = min(abs(limit), room)
+        if limit < 1:
+            # Every slot is held by outcomes being committed on their own (a batch ahead
+            # cannot meet this: the room only grew since it was due): wait for them.
+            if batch:
+                self._finishes.commit(batch)
+            if not ahead:
                 self._finishes.flush()
-                return [], limit
+            return [], limit
         write, lost = self._finishes.writer(batch) if batch else (None, None)
         began = tracing.clock()
         try:
