@@ -72,7 +72,15 @@ class Acceptor:
     Only the idle processor holding its machine's turn watches (``turns.py``); another
     looks once a slice without a watch, and waits for the turn.  A step that takes jobs
     gives the turn up (or keeps it through jobs run within ``KEEP_TURN``: ``keep_turn``),
-    and so does an attempt that conflicts."""
+    and so does an attempt that conflicts.
+
+    Once the queue is drained (``drained``: this processor's last look took fewer jobs than
+    it asked for), jobs come a few at a time and the holder takes them as they come: a
+    processor without the turn that looked too would pick among those same few jobs, and
+    one of the two accepts would conflict.  So it waits for the turn first, a slice at
+    most (a stuck holder delays jobs by no more than before), and a busy one commits its
+    outcomes on their own (``defers``) rather than in an accept.  A full batch (a backlog)
+    ends it: every processor looks again at once."""
 
     def __init__(self, db, types: list[str], stats, before_wait=None, keep_turn=None):
         self.db = db
@@ -91,6 +99,8 @@ class Acceptor:
         self._turn: Turn | None = None  # (made at the first step: it reads the store id)
         self._turns_counted = 0
         self._closed = False
+        self.drained = False  # the last look took fewer jobs than asked for (or none)
+        self._turn_waited = False  # (drained) this idle spell waited a slice for the turn
 
     def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
         """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
@@ -110,6 +120,9 @@ class Acceptor:
             # it holds the turn already; an idle step takes it if it is free)
             watching = turn.held if wrote else turn.take()
             self._count_turns()
+            if not (wrote or watching or not self.drained or self._turn_waited):
+                self._turn_waited = True  # (drained: in line for the turn before looking)
+                return self._wait(turn, slice_seconds)
             for type in random.sample(self.types, len(self.types)):
                 call = self._calls.get(type)
                 if call is None:  # a call (and its lock) lives until it returns jobs (1021)
@@ -127,6 +140,7 @@ class Acceptor:
                 also = None
                 if isinstance(out, list):
                     self.stats["accept_batches"] += 1
+                    self.drained, self._turn_waited = len(out) < limit, False
                     del self._calls[type]
                     self._cancel_waits()
                     if not (self.keep_turn is not None and self.keep_turn(len(out)) and turn.keep(KEEP_TURN)):
@@ -139,8 +153,23 @@ class Acceptor:
                 self._waits.append(out)
                 if out.watch is not None:
                     out.watch.on_ready(lambda _f: self.wake.set())
+            self.drained = True
             if wrote:
                 return []  # (the next step waits on these watches)
+        return self._wait(turn, slice_seconds)
+
+    def defers(self) -> bool:
+        """Whether a busy processor's next step should not look (its outcomes go on their
+        own): the queue drained at its last look and another processor holds the turn (if
+        it is free, this processor takes it, and looks watching)."""
+        if not self.drained:
+            return False
+        turn = self._turn or self._make_turn()
+        return not turn.take()
+
+    def _wait(self, turn: Turn, slice_seconds: float) -> list:
+        """The end of a step that took nothing: wait a slice at most for a job (watching),
+        or for the turn."""
         self.waiting = True
         try:
             if self.before_wait is not None:
@@ -362,6 +391,9 @@ class Feed:
             if not ahead:
                 self._finishes.flush()
             return [], limit
+        if batch and self.acceptor.defers():  # (another processor takes the few jobs coming)
+            self._finishes.commit(batch)
+            batch = []
         write, lost = self._finishes.writer(batch) if batch else (None, None)
         began = tracing.clock()
         try:

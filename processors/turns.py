@@ -16,10 +16,16 @@ conflicts in a row); the kernel then hands the lock to one waiter, which looks a
 queue (taking what came meanwhile) and watches.  A holder that dies loses the lock with
 its process.
 
+Once the queue is drained (a processor's last look took fewer jobs than it asked for:
+jobs come a few at a time), a processor without the turn waits for it, a slice at most,
+before it looks, and a busy one commits its outcomes on their own rather than in an
+accept: the holder takes the few jobs as they come, and a second look would pick the same
+ones and conflict (``feed.Acceptor``).  A full batch (a backlog) ends that.
+
 Where the lock cannot be had (no store id yet, a temporary directory it may not write,
 ``JOBS_IDLE_TURNS=off``), every idle processor watches, as before: each is then its own
 holder.  Nothing here decides who gets a job (accepts still do, each in its
-transaction): turns only decide who is woken.
+transaction): turns only decide who is woken, and who looks first.
 """
 
 from __future__ import annotations

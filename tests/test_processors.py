@@ -1042,7 +1042,7 @@ class _InFlight:
     the outcomes being committed on their own) is counted."""
 
     def __init__(self, queued: int):
-        self.queued, self.flushed = queued, 0
+        self.queued, self.flushed, self.committed = queued, 0, []
 
     def __len__(self):
         return self.queued
@@ -1058,10 +1058,32 @@ class _InFlight:
         pass
 
     def commit(self, batch):
-        pass
+        self.committed.append(batch)
 
     def flush(self, wait=True):
         self.flushed += 1
+
+
+def test_an_accept_deferring_to_the_turns_holder_commits_its_outcomes_on_their_own(db):
+    """Once the queue drained, a busy processor without the turn does not look
+    (``Acceptor.defers``): the outcomes it would have carried are committed on their own
+    and its step writes nothing; otherwise they ride the accept, as before."""
+    from processors.feed import Feed
+
+    finishes = _InFlight(queued=2)
+    feed = Feed(db, ["t"], 1, 8, hold=lambda taken: taken, in_hand=lambda: 2, finishes=finishes,
+                stopping=threading.Event(), stats={})
+    writes = []
+    feed.acceptor.step = lambda slice_seconds, limit, also=None: writes.append(also) or []
+    feed.acceptor.defers = lambda: True
+    feed._idle = 1
+    feed._accept(8)
+    assert finishes.committed == [["outcome", "outcome"]] and writes == [None]
+
+    feed.acceptor.defers = lambda: False
+    finishes.queued = 1
+    feed._accept(8)
+    assert len(finishes.committed) == 1 and writes[-1] is not None  # (carried)
 
 
 def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_own(db):

@@ -119,6 +119,62 @@ def test_an_idle_step_after_one_that_wrote_outcomes_waits_in_line_for_the_turn(d
         os.close(stranger)
 
 
+def test_once_the_queue_drained_a_processor_without_the_turn_waits_a_slice_for_it_before_it_looks(db):
+    """After a look that took fewer jobs than it asked for, the jobs come a few at a time
+    and the turn's holder takes them as they come: a processor without the turn does not
+    look at once (its pick would race the holder's for those jobs), but waits in line a
+    slice, then looks as before (a stuck holder delays jobs by no more than a slice).  A
+    full batch ends it, and a free turn is taken and looked with at once."""
+    jobs.set_type_timeout(db, "t", 10)
+    stranger = _stranger_holding(db)
+    acceptor = Acceptor(db, ["t"], collections.Counter())
+    try:
+        jobs.add(db, "t", "j0")
+        assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j0"]  # (a look without the turn)
+        assert acceptor.drained  # (1 of 4)
+        jobs.add(db, "t", "j1")
+        looks = acceptor.stats["accept_batches"] + acceptor.stats["accept_empty"]
+        assert acceptor.step(0.01, limit=4) == []
+        assert acceptor.stats["accept_batches"] + acceptor.stats["accept_empty"] == looks  # (no look)
+        assert acceptor._turn._wanted and jobs.get_job_state(db, "t", "j1") == "pending"
+        assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j1"]  # (a slice went by: it looks)
+
+        acceptor.step(0.01, limit=4)  # (drained again: in line)
+        jobs.add(db, "t", "j2")
+        jobs.add(db, "t", "j3")
+        assert sorted(job.id for job in acceptor.step(0.01, limit=2)) == ["j2", "j3"]  # a full batch
+        assert not acceptor.drained
+        jobs.add(db, "t", "j4")
+        assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j4"]  # (looks at once)
+
+        assert acceptor.drained
+        fcntl.flock(stranger, fcntl.LOCK_UN)
+        jobs.add(db, "t", "j5")
+        assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j5"]  # (the turn was free)
+        assert acceptor.stats["watch_turns"] == 1
+    finally:
+        acceptor.close()
+        os.close(stranger)
+
+
+def test_a_busy_processor_defers_to_the_turns_holder_only_once_the_queue_drained(db):
+    """``defers``: the feed of a busy processor whose last look came back short commits its
+    outcomes on their own, rather than in an accept that would race the holder's, while
+    another processor holds the turn; it takes a free turn (and looks, watching)."""
+    jobs.set_type_timeout(db, "t", 10)
+    stranger = _stranger_holding(db)
+    acceptor = Acceptor(db, ["t"], collections.Counter())
+    try:
+        assert not acceptor.defers()  # (a backlog, or not known yet: look)
+        acceptor.drained = True
+        assert acceptor.defers()
+        fcntl.flock(stranger, fcntl.LOCK_UN)
+        assert not acceptor.defers() and acceptor._turn.held
+    finally:
+        acceptor.close()
+        os.close(stranger)
+
+
 def test_a_holder_whose_accept_conflicts_passes_the_turn_on_before_it_backs_off(db, monkeypatch):
     """An accept made holding the turn that conflicts (another worker took a job it
     picked) backs off before it attempts again, up to a second after several conflicts
