@@ -149,6 +149,7 @@ def test_once_the_queue_drained_a_processor_without_the_turn_waits_a_slice_for_i
 
         assert acceptor.drained
         fcntl.flock(stranger, fcntl.LOCK_UN)
+        assert wait_until(lambda: not acceptor._turn._blocked)  # (its thread in line passed it on)
         jobs.add(db, "t", "j5")
         assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j5"]  # (the turn was free)
         assert acceptor.stats["watch_turns"] == 1
