@@ -28,29 +28,32 @@ _MISSING = object()  # not in the read cache
 _RANGE = {reverse: f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {'DESC' if reverse else 'ASC'} LIMIT ?"
           for reverse in (False, True)}
 
-PIN_TRIES = 3  # snapshots started at most to find one that is exactly its read version
 _PIN = "SELECT v FROM kv WHERE k = x''"  # any read of the table starts the SQLite snapshot
 
 
-def _begin_snapshot(conn, history) -> int:
+def _begin_snapshot(conn, db) -> int:
     """Start a read snapshot on ``conn``; its read version.
 
     The version is read before the snapshot starts, so every commit the snapshot lacks has
     a later version (history.py).  A commit that lands in between is in the snapshot with
     a later version too: the transaction would see state newer than its read version, and
     the conflict check would count that commit's writes against it though it read them
-    (e.g. a worker accepting the job an add just committed).
-    So the snapshot is started again, at the later version, while a commit came in
-    between, a few times at most (then that later commit counts as a conflict: safe)."""
-    tries = PIN_TRIES
-    while True:
+    (e.g. a worker accepting the job an add just committed: a conflict FoundationDB would
+    not report).  So when a commit was under way or landed meanwhile, the snapshot is
+    started again once no commit is under way (``db._commit_gate``: a wait of one commit
+    at most, not a write lock)."""
+    history = db._history
+    version = history.read_version()
+    conn.execute("BEGIN")
+    conn.execute(_PIN).fetchone()
+    if history.quiet_since(version):
+        return version
+    conn.execute("ROLLBACK")
+    with db._commit_gate():
         version = history.read_version()
         conn.execute("BEGIN")
         conn.execute(_PIN).fetchone()
-        tries -= 1
-        if not tries or history.quiet_since(version):
-            return version
-        conn.execute("ROLLBACK")
+    return version
 
 
 class TransactionRead:
@@ -145,7 +148,7 @@ class TransactionRead:
         if conn is None:
             conn = self.db._get_conn()
             try:
-                self._rv = _begin_snapshot(conn, self.db._history)
+                self._rv = _begin_snapshot(conn, self.db)
             except BaseException:
                 self.db._put_conn(conn, rollback=True)
                 raise

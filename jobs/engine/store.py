@@ -5,6 +5,7 @@ database API (``create_transaction``, and the bindings' one-transaction shortcut
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -101,6 +102,7 @@ class EmbeddedDatabase:
         self._thread_lock = threading.Lock()
         self._lock_fd = None
         self._writer = _WriteLock(self)
+        self._gate = _CommitGate(self)
         self._closed = False
         self._history: History | None = None
         # watches hear other processes' commits through inotify unless told to poll
@@ -132,6 +134,7 @@ class EmbeddedDatabase:
         self._pool = []
         self._lock_fd = None
         self._writer.reset_counts()  # (the parent's counts are not this process's)
+        self._gate = _CommitGate(self)
         self._watches = Watches(self, self._use_doorbell)
         self._checkpointer = Checkpointer(self)
         if self._history is not None:
@@ -165,6 +168,11 @@ class EmbeddedDatabase:
 
     def _write_lock(self) -> "_WriteLock":
         return self._writer
+
+    def _commit_gate(self):
+        """What a read snapshot waits on for the commit under way (:class:`_CommitGate`);
+        nothing for the thread holding the write lock (no other commit can be under way)."""
+        return _HELD if self._writer.owner == threading.get_ident() else self._gate
 
     def write_lock_stats(self) -> dict:
         """This process's use of the store's single writer lock since it opened the store
@@ -314,6 +322,7 @@ class EmbeddedDatabase:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        self._gate.close()
         if self._history is not None:
             self._history.close()
         if self._tmpdir is not None:
@@ -330,11 +339,12 @@ class _WriteLock:
     """The store's single writer lock: a thread lock inside the process, ``flock`` on
     ``<store>-lock`` across processes (released by the kernel if the process dies)."""
 
-    __slots__ = ("_db", "acquired", "waited", "held", "_since")
+    __slots__ = ("_db", "acquired", "waited", "held", "_since", "owner")
 
     def __init__(self, db: EmbeddedDatabase):
         self._db = db
         self._since = 0.0
+        self.owner: int | None = None  # (the thread holding it)
         self.reset_counts()
 
     def reset_counts(self) -> None:
@@ -357,11 +367,55 @@ class _WriteLock:
         self._since = now = time.perf_counter()  # (counted under the lock: no other writer)
         self.waited += now - asked
         self.acquired += 1
+        self.owner = threading.get_ident()
         return self
 
     def __exit__(self, *exc):
         self.held += time.perf_counter() - self._since
+        self.owner = None
         try:
             fcntl.flock(self._db._lock_fd, fcntl.LOCK_UN)
         finally:
             self._db._thread_lock.release()
+
+
+class _CommitGate:
+    """Held, no commit of any process is under way: a shared ``flock`` on the write lock's
+    file (which a committer holds exclusively), taken by a read snapshot that found one
+    under way (``reads._begin_snapshot``).  Readers do not wait for each other, only for
+    the commit under way; a thread already holding the write lock passes at once (no
+    commit but its own can be under way: ``EmbeddedDatabase._commit_gate``).  One thread
+    of a process at a time: the lock belongs to the descriptor."""
+
+    __slots__ = ("_db", "_lock", "_fd")
+
+    def __init__(self, db: EmbeddedDatabase):
+        self._db = db
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+
+    def __enter__(self):
+        self._lock.acquire()
+        try:
+            if self._fd is None:
+                self._fd = os.open(self._db.path + "-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+_HELD = contextlib.nullcontext()  # (the gate of the thread that holds the write lock)

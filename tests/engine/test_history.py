@@ -18,6 +18,7 @@ import time
 
 import pytest
 from enginekit import expect_fdb_error, read, spawn, wait_until
+from waiting import DEADLINE
 
 from jobs.engine import commit as commit_module
 from jobs.engine import history, watches
@@ -293,6 +294,45 @@ def test_a_snapshot_a_commit_since_made_stale_is_ended_before_the_write_lock_is_
         tr.commit().wait()
         assert [s.split()[0] for s in statements] == ["COMMIT", "LOCK", "INSERT"]
         assert [db.get(k) for k in (b"d", b"e")] == [b"v", b"v"]
+
+
+def test_a_snapshot_begun_while_a_commit_is_under_way_waits_for_it_and_reads_at_its_version(path, monkeypatch):
+    """A transaction that begins its snapshot after another's SQLite commit but before that
+    commit is settled would read its writes at an older read version, and its own commit
+    would count them as a conflict (1020, which FoundationDB would not report): the
+    snapshot waits for the commit under way instead (a shared lock, not the write lock),
+    and reads at its version."""
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k", b"0")
+        written, go = threading.Event(), threading.Event()
+        write = commit_module._write
+
+        def paused_after_sqlite_commit(conn, log, stamp, ceiling):
+            write(conn, log, stamp, ceiling)
+            if log[0][1] == b"k":
+                written.set()
+                go.wait(DEADLINE)
+
+        monkeypatch.setattr(commit_module, "_write", paused_after_sqlite_commit)
+        committer = threading.Thread(target=put, args=(db, b"k", b"1"))
+        committer.start()
+        assert written.wait(DEADLINE)
+        out: list = []
+
+        def read_then_write():
+            tr = reader_of(db, b"k")
+            out.append(tr.get(b"k").wait())
+            tr.commit().wait()
+            out.append("committed")
+
+        reader = threading.Thread(target=read_then_write)
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive() and out == []  # (waiting for the commit under way)
+        go.set()
+        committer.join(DEADLINE)
+        reader.join(DEADLINE)
+        assert out == [b"1", "committed"]
 
 
 def test_write_ranges_worked_out_before_the_lock_are_those_of_every_write_once_stamped():
