@@ -120,7 +120,7 @@ class Acceptor:
             # it holds the turn already; an idle step takes it if it is free)
             watching = turn.held if wrote else turn.take()
             self._count_turns()
-            if not (wrote or watching or not self.drained or self._turn_waited):
+            if self.drained and not (wrote or watching or self._turn_waited):
                 self._turn_waited = True  # (drained: in line for the turn before looking)
                 return self._wait(turn, slice_seconds)
             for type in random.sample(self.types, len(self.types)):
