@@ -385,29 +385,57 @@ class _CommitGate:
     under way (``reads._begin_snapshot``).  Readers do not wait for each other, only for
     the commit under way; a thread already holding the write lock passes at once (no
     commit but its own can be under way: ``EmbeddedDatabase._commit_gate``).  One thread
-    of a process at a time: the lock belongs to the descriptor."""
+    of a process at a time: the lock belongs to the descriptor.
 
-    __slots__ = ("_db", "_lock", "_fd")
+    The wait is bounded (``GATE_WAIT``): a committer stopped in its commit (``SIGSTOP``, a
+    debugger) holds every writer up, but must not hang reads such as ``jobs status``; past
+    the bound the snapshot starts anyway, and the commit under way, if in it, counts as a
+    conflict (safe, as before the gate)."""
+
+    GATE_WAIT = 0.1  # seconds a snapshot waits for the commit under way at most
+    _POLL_FIRST, _POLL_MAX = 0.00002, 0.0002  # (seconds between two tries, doubling: a commit takes 0.1-1 ms)
+
+    __slots__ = ("_db", "_lock", "_fd", "_held")
 
     def __init__(self, db: EmbeddedDatabase):
         self._db = db
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._held = False
 
     def __enter__(self):
         self._lock.acquire()
         try:
             if self._fd is None:
                 self._fd = os.open(self._db.path + "-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            self._held = self._take_shared()
         except BaseException:
             self._lock.release()
             raise
         return self
 
+    def _take_shared(self) -> bool:
+        """The shared lock, tried until ``GATE_WAIT`` has passed (flock has no timeout);
+        whether it was had."""
+        deadline, pause = None, self._POLL_FIRST
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.GATE_WAIT
+                elif now >= deadline:
+                    return False
+            time.sleep(pause)
+            pause = min(pause * 2, self._POLL_MAX)
+
     def __exit__(self, *exc):
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._held:
+                self._held = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._lock.release()
 

@@ -301,7 +301,10 @@ def test_a_snapshot_begun_while_a_commit_is_under_way_waits_for_it_and_reads_at_
     commit is settled would read its writes at an older read version, and its own commit
     would count them as a conflict (1020, which FoundationDB would not report): the
     snapshot waits for the commit under way instead (a shared lock, not the write lock),
-    and reads at its version."""
+    and reads at its version.  (Its wait's bound, GATE_WAIT: the test below.)"""
+    from jobs.engine.store import _CommitGate
+
+    monkeypatch.setattr(_CommitGate, "GATE_WAIT", DEADLINE)
     with EmbeddedDatabase(path) as db:
         put(db, b"k", b"0")
         written, go = threading.Event(), threading.Event()
@@ -333,6 +336,35 @@ def test_a_snapshot_begun_while_a_commit_is_under_way_waits_for_it_and_reads_at_
         committer.join(DEADLINE)
         reader.join(DEADLINE)
         assert out == [b"1", "committed"]
+
+
+def test_a_snapshot_waits_a_bounded_time_for_a_committer_stopped_in_its_commit(path, monkeypatch):
+    """A committer stopped holding the write lock (SIGSTOP, a debugger) holds every writer
+    up but not the reads: a snapshot that finds its commit under way waits ``GATE_WAIT``
+    at most, then reads."""
+    from jobs.engine.store import _CommitGate
+
+    monkeypatch.setattr(_CommitGate, "GATE_WAIT", 0.05)
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k", b"0")
+        held, release = threading.Event(), threading.Event()
+
+        def stopped_committer():
+            with db._write_lock():
+                held.set()
+                release.wait(DEADLINE)
+
+        committer = threading.Thread(target=stopped_committer)
+        committer.start()
+        assert held.wait(DEADLINE)
+        monkeypatch.setattr(db._history, "quiet_since", lambda version: False)  # (its commit under way)
+        try:
+            tr = db.create_transaction()
+            assert tr.get(b"k").wait() == b"0"
+            assert committer.is_alive() and not db._gate._held  # (read while the commit stalls)
+        finally:
+            release.set()
+            committer.join(DEADLINE)
 
 
 def test_write_ranges_worked_out_before_the_lock_are_those_of_every_write_once_stamped():
