@@ -40,8 +40,8 @@ def _begin_snapshot(conn, db) -> int:
     the conflict check would count that commit's writes against it though it read them
     (e.g. a worker accepting the job an add just committed: a conflict FoundationDB would
     not report).  So when a commit was under way or landed meanwhile, the snapshot is
-    started again once no commit is under way (``db._commit_gate``: a wait of one commit
-    at most, not a write lock)."""
+    started again once no commit is under way (``db._commit_gate``: a wait of one commit,
+    ``GATE_WAIT`` at most, not a write lock)."""
     history = db._history
     version = history.read_version()
     conn.execute("BEGIN")

@@ -5,7 +5,6 @@ database API (``create_transaction``, and the bindings' one-transaction shortcut
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import shutil
@@ -169,10 +168,8 @@ class EmbeddedDatabase:
     def _write_lock(self) -> "_WriteLock":
         return self._writer
 
-    def _commit_gate(self):
-        """What a read snapshot waits on for the commit under way (:class:`_CommitGate`);
-        nothing for the thread holding the write lock (no other commit can be under way)."""
-        return _HELD if self._writer.owner == threading.get_ident() else self._gate
+    def _commit_gate(self) -> "_CommitGate":
+        return self._gate
 
     def write_lock_stats(self) -> dict:
         """This process's use of the store's single writer lock since it opened the store
@@ -339,12 +336,11 @@ class _WriteLock:
     """The store's single writer lock: a thread lock inside the process, ``flock`` on
     ``<store>-lock`` across processes (released by the kernel if the process dies)."""
 
-    __slots__ = ("_db", "acquired", "waited", "held", "_since", "owner")
+    __slots__ = ("_db", "acquired", "waited", "held", "_since")
 
     def __init__(self, db: EmbeddedDatabase):
         self._db = db
         self._since = 0.0
-        self.owner: int | None = None  # (the thread holding it)
         self.reset_counts()
 
     def reset_counts(self) -> None:
@@ -367,12 +363,10 @@ class _WriteLock:
         self._since = now = time.perf_counter()  # (counted under the lock: no other writer)
         self.waited += now - asked
         self.acquired += 1
-        self.owner = threading.get_ident()
         return self
 
     def __exit__(self, *exc):
         self.held += time.perf_counter() - self._since
-        self.owner = None
         try:
             fcntl.flock(self._db._lock_fd, fcntl.LOCK_UN)
         finally:
@@ -383,9 +377,9 @@ class _CommitGate:
     """Held, no commit of any process is under way: a shared ``flock`` on the write lock's
     file (which a committer holds exclusively), taken by a read snapshot that found one
     under way (``reads._begin_snapshot``).  Readers do not wait for each other, only for
-    the commit under way; a thread already holding the write lock passes at once (no
-    commit but its own can be under way: ``EmbeddedDatabase._commit_gate``).  One thread
-    of a process at a time: the lock belongs to the descriptor.
+    the commit under way (no snapshot begins under the write lock: a thread holding it
+    would wait here for its own commit, ``GATE_WAIT``).  One thread of a process at a
+    time: the lock belongs to the descriptor.
 
     The wait is bounded (``GATE_WAIT``): a committer stopped in its commit (``SIGSTOP``, a
     debugger) holds every writer up, but must not hang reads such as ``jobs status``; past
@@ -445,5 +439,3 @@ class _CommitGate:
                 os.close(self._fd)
                 self._fd = None
 
-
-_HELD = contextlib.nullcontext()  # (the gate of the thread that holds the write lock)
