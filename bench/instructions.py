@@ -28,6 +28,8 @@ import sys
 import tempfile
 
 import jobs
+from jobs.engine.commit import _PUT, _UPSERT_ADD
+from jobs.engine.reads import _PIN
 
 from .bench_engine import VALUE, fresh_store
 
@@ -112,34 +114,46 @@ def _idle_after_outcome(db, n: int) -> None:
         out.watch.cancel()
 
 
-def _sqlite_add(_db, n: int) -> None:
+class BareAdd:
     """The SQLite statements of a ``jobs.add`` (as the engine runs them: its read snapshot,
     the two point reads in one statement, three puts and two counter adds, one commit),
-    bare from Python on a file of their own: what an add would cost with no Python around."""
-    from jobs.engine.atomic import sql_atomic
-    from jobs.engine.commit import _PUT as put, _UPSERT_ADD as add
-    from jobs.engine.keyvalues import _POINT
-    from jobs.engine.reads import _PIN
+    bare from Python on a file of their own in ``directory``: what an add would cost with
+    no Python around.  Each call adds job ``i``."""
 
-    conn = sqlite3.connect(os.path.join(tempfile.mkdtemp(prefix="instr-sqlite-"), "kv.sqlite"), isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
-    conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
-    read_two = f"{_POINT} UNION ALL {_POINT}"  # (as keyvalues.stored_values reads two keys)
-    one = (1).to_bytes(8, "little")
-    conn.execute(put, (b"\x02jobs\x00\x02activity_timeout\x00", b"\x15\x3c"))
-    for i in range(n):
+    def __init__(self, directory: str):
+        from jobs.engine.atomic import sql_atomic
+        from jobs.engine.keyvalues import _POINT
+
+        self.conn = conn = sqlite3.connect(os.path.join(directory, "kv.sqlite"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
+        self._read_two = f"{_POINT} UNION ALL {_POINT}"  # (as keyvalues.stored_values reads two keys)
+        conn.execute(_PUT, (b"\x02jobs\x00\x02activity_timeout\x00", b"\x15\x3c"))
+
+    def __call__(self, i: int) -> None:
+        conn, one = self.conn, (1).to_bytes(8, "little")
         data, queued = b"\x02jobs\x00\x02data\x00j%09d" % i, b"\x02jobs\x00\x02pending\x00j%09d" % i
         conn.execute("BEGIN")
         conn.execute(_PIN).fetchone()
-        conn.execute(read_two, (b"\x02jobs\x00\x02activity_timeout\x00", data)).fetchall()
-        conn.executemany(put, [(data, b"\x00" * 17), (queued, b"\x00" * 8),
-                               (b"\x02jobs\x00\x02watches_activity\x00%d" % (i % 16), b"\x00" * 10)])
-        conn.executemany(add, [(b"\x02jobs\x00\x02counts\x00%d" % (i % 8), one),
-                               (b"\x02jobs\x00\x02watches_pending\x00%d" % (i % 16), one)])
+        conn.execute(self._read_two, (b"\x02jobs\x00\x02activity_timeout\x00", data)).fetchall()
+        conn.executemany(_PUT, [(data, b"\x00" * 17), (queued, b"\x00" * 8),
+                                (b"\x02jobs\x00\x02watches_activity\x00%d" % (i % 16), b"\x00" * 10)])
+        conn.executemany(_UPSERT_ADD, [(b"\x02jobs\x00\x02counts\x00%d" % (i % 8), one),
+                                       (b"\x02jobs\x00\x02watches_pending\x00%d" % (i % 16), one)])
         conn.execute("COMMIT")
-    conn.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _sqlite_add(_db, n: int) -> None:
+    """:class:`BareAdd` ``n`` times."""
+    add = BareAdd(tempfile.mkdtemp(prefix="instr-sqlite-"))
+    for i in range(n):
+        add(i)
+    add.close()
 
 
 def _processor(prefetch: int):

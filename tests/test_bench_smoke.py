@@ -198,3 +198,20 @@ def test_sharing_bench_runs_one_store_and_one_each(capsys, monkeypatch):
     assert all(int(row[-1].replace(",", "")) >= 60 and float(row[-2]) > 0 for row in rows)
     with pytest.raises(SystemExit):
         sharing.main(["--procs", "0"])
+
+
+def test_cold_bench_reports_every_operation_and_gap(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench.cold", "--n", "3", "--gaps", "0,1", "--wait", "spin",
+                        "--dir", str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    for op in ("sqlite-add", "add", "accept+finish"):
+        assert f"| {op} | spin | 0 ms |" in p.stdout and f"| {op} | spin | 1 ms |" in p.stdout
+    measured = json.loads(p.stdout.strip().splitlines()[-1])["cpu_us_p50"]
+    assert len(measured) == 6 and all(v > 0 for v in measured.values())
+
+
+def test_cold_bench_refuses_bad_gaps():
+    p = subprocess.run([sys.executable, "-m", "bench.cold", "--gaps", "0,-1"], cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "none negative" in p.stderr
