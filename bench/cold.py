@@ -28,26 +28,27 @@ import time
 
 import jobs
 
-from .instructions import TYPE, BareAdd, _prepare
+from .instructions import TYPE, BareAdd, prepare_store
 
 WARMUP = 50  # steps run first, not counted (imports, caches, the store's first pages)
 
 
 def _bare_add(directory: str, _steps: int):
-    return BareAdd(directory)
+    add = BareAdd(directory)
+    return add, add.close
 
 
 def _add(directory: str, _steps: int):
-    db = jobs.open(_prepare(os.path.join(directory, "store.sqlite"), 0))
-    return lambda i: jobs.add(db, TYPE, f"c{i:09d}")
+    db = jobs.open(prepare_store(os.path.join(directory, "store.sqlite"), 0))
+    return (lambda i: jobs.add(db, TYPE, f"c{i:09d}")), db.close
 
 
 def _accept_finish(directory: str, steps: int):
-    db = jobs.open(_prepare(os.path.join(directory, "store.sqlite"), steps))
-    return lambda _i: jobs.finish(db, jobs.accept(db, TYPE, timeout=0))
+    db = jobs.open(prepare_store(os.path.join(directory, "store.sqlite"), steps))
+    return (lambda _i: jobs.finish(db, jobs.accept(db, TYPE, timeout=0))), db.close
 
 
-# name -> (make(directory, steps) -> step(i), what a step is)
+# name -> (make(directory, steps) -> (step(i), close()), what a step is)
 OPS = {
     "sqlite-add": (_bare_add, "the SQLite statements of an add, bare (bench.instructions' sqlite-add)"),
     "add": (_add, "jobs.add, one per transaction"),
@@ -68,19 +69,22 @@ def _pause(seconds: float, spin: bool) -> None:
 
 def measure(op: str, gaps: list[float], n: int, spin: bool, directory: str) -> dict[float, list[float]]:
     """CPU seconds of each of ``n`` steps of ``op`` after each gap (seconds)."""
-    step = OPS[op][0](directory, WARMUP + n * len(gaps))
-    for i in range(WARMUP):
-        step(i)
-    cpu: dict[float, list[float]] = {gap: [] for gap in gaps}
-    i = WARMUP
-    for _ in range(n):
-        for gap in gaps:
-            _pause(gap, spin)
-            begun = time.thread_time()
+    step, close = OPS[op][0](directory, WARMUP + n * len(gaps))
+    try:
+        for i in range(WARMUP):
             step(i)
-            cpu[gap].append(time.thread_time() - begun)
-            i += 1
-    return cpu
+        cpu: dict[float, list[float]] = {gap: [] for gap in gaps}
+        i = WARMUP
+        for _ in range(n):
+            for gap in gaps:
+                _pause(gap, spin)
+                begun = time.thread_time()
+                step(i)
+                cpu[gap].append(time.thread_time() - begun)
+                i += 1
+        return cpu
+    finally:
+        close()
 
 
 def _quantile(values: list[float], q: float) -> float:

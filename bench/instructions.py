@@ -195,7 +195,7 @@ OPS = {
 }
 
 
-def _prepare(path: str, jobs_due: int) -> str:
+def prepare_store(path: str, jobs_due: int) -> str:
     """A new store at ``path`` with the type's timeout and ``jobs_due`` pending jobs."""
     url = fresh_store(os.path.dirname(path), os.path.basename(path))
     with jobs.open(url) as db:
@@ -229,7 +229,7 @@ def measure(op: str, directory: str, n: int) -> float:
     due = OPS[op][1]
     counts = []
     for runs in (BASE, BASE + n):
-        url = _prepare(os.path.join(directory, "store.sqlite"), runs if due else 0)
+        url = prepare_store(os.path.join(directory, "store.sqlite"), runs if due else 0)
         counts.append(_instructions(op, url, runs))
     return (counts[1] - counts[0]) / n
 

@@ -177,7 +177,7 @@ def test_the_batched_instruction_ops_do_what_they_count(tmp_path, op):
     from bench import instructions
 
     n = 2 * instructions.BATCH + 5  # (a last batch shorter than the others)
-    url = instructions._prepare(str(tmp_path / "store.sqlite"), n if instructions.OPS[op][1] else 0)
+    url = instructions.prepare_store(str(tmp_path / "store.sqlite"), n if instructions.OPS[op][1] else 0)
     instructions.child(op, url, n)
     with jobs.open(url) as db:
         states = collections.Counter(j.state for j in jobs.get_jobs(db, instructions.TYPE))
