@@ -28,7 +28,9 @@ import sys
 import tempfile
 
 import jobs
+from jobs.engine.atomic import sql_atomic
 from jobs.engine.commit import _PUT, _UPSERT_ADD
+from jobs.engine.keyvalues import _POINT
 from jobs.engine.reads import _PIN
 
 from .bench_engine import VALUE, fresh_store
@@ -121,9 +123,6 @@ class BareAdd:
     no Python around.  Each call adds job ``i``."""
 
     def __init__(self, directory: str):
-        from jobs.engine.atomic import sql_atomic
-        from jobs.engine.keyvalues import _POINT
-
         self.conn = conn = sqlite3.connect(os.path.join(directory, "kv.sqlite"), isolation_level=None)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
