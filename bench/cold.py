@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ import time
 import jobs
 
 from .instructions import TYPE, BareAdd, prepare_store
+from .peers.harness import percentile
 
 WARMUP = 50  # steps run first, not counted (imports, caches, the store's first pages)
 
@@ -87,20 +87,21 @@ def measure(op: str, gaps: list[float], n: int, spin: bool, directory: str) -> d
         close()
 
 
-def _quantile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+def summary(cpu: list[float]) -> tuple[float, float]:
+    """The median and the 90th percentile of a step's CPU seconds."""
+    ordered = sorted(cpu)
+    return percentile(ordered, 50), percentile(ordered, 90)
 
 
-def report(rows: list[tuple[str, str, float, list[float]]]) -> str:
+def report(rows: list[tuple[str, str, float, float, float]]) -> str:
+    """The table of ``(op, wait, gap, p50, p90)`` rows, with each p50's ratio to the same
+    operation's and wait's back-to-back one (a dash without a gap of 0)."""
     out = ["| operation | wait | gap | CPU p50 | CPU p90 | p50 / back to back |",
            "|---|---|---|---|---|---|"]
-    base = {(op, wait): statistics.median(cpu) for op, wait, gap, cpu in rows if gap == 0}
-    for op, wait, gap, cpu in rows:
-        p50 = statistics.median(cpu)
-        ratio = p50 / base[(op, wait)] if (op, wait) in base else float("nan")
-        out.append(f"| {op} | {wait} | {gap * 1000:g} ms | {p50 * 1e6:,.0f} us | {_quantile(cpu, 0.9) * 1e6:,.0f} us "
-                   f"| {ratio:.2f}x |")
+    base = {(op, wait): p50 for op, wait, gap, p50, _p90 in rows if gap == 0}
+    for op, wait, gap, p50, p90 in rows:
+        ratio = f"{p50 / base[(op, wait)]:.2f}x" if (op, wait) in base else "-"
+        out.append(f"| {op} | {wait} | {gap * 1000:g} ms | {p50 * 1e6:,.0f} us | {p90 * 1e6:,.0f} us | {ratio} |")
     return "\n".join(out)
 
 
@@ -131,10 +132,10 @@ def main(argv=None) -> int:
         for wait in waits:
             directory = tempfile.mkdtemp(prefix=f"{op}-{wait}-", dir=root)
             cpu = measure(op, gaps, args.n, wait == "spin", directory)
-            rows.extend((op, wait, gap, cpu[gap]) for gap in gaps)
+            rows.extend((op, wait, gap, *summary(cpu[gap])) for gap in gaps)
     print(report(rows))
-    print(json.dumps({"n": args.n, "cpu_us_p50": {f"{op} {wait} {gap * 1000:g}ms": round(statistics.median(cpu) * 1e6, 1)
-                                                  for op, wait, gap, cpu in rows}}))
+    print(json.dumps({"n": args.n, "cpu_us_p50": {f"{op} {wait} {gap * 1000:g}ms": round(p50 * 1e6, 1)
+                                                  for op, wait, gap, p50, _p90 in rows}}))
     return 0
 
 

@@ -188,7 +188,7 @@ def steady(peer, procs: Procs, logdir: str, rate: float, secs: float, workers: i
     wait_for(lambda: record.count(logdir) >= base + total, 60, f"{total} steady jobs to run", procs)
     cpu = procs.cpu_seconds() - cpu
     lat = sorted((start - enq) * 1000 for start, enq, _b, _p in record.read(logdir) if enq > 0)
-    return {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "max_ms": lat[-1], "jobs": len(lat),
+    return {"p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99), "max_ms": lat[-1], "jobs": len(lat),
             "rate": total / produced_s, "target_rate": rate, "worker_cpu_ms_per_job": cpu * 1000 / total}
 
 
@@ -208,10 +208,11 @@ def sustained(peer, procs: Procs, logdir: str, n: int, workers: int) -> dict:
     span = max(r[0] for r in recs) - min(r[1] for r in recs)
     lat = sorted((start - enq) * 1000 for start, enq, _b, _p in recs)
     return {"jobs_per_s": n / span, "span_s": span, "enqueue_per_s": n / produced_s, "runs": len(recs),
-            "jobs": n, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "worker_cpu_ms_per_job": cpu * 1000 / n}
+            "jobs": n, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99), "worker_cpu_ms_per_job": cpu * 1000 / n}
 
 
-def _pct(sorted_values: list[float], p: float) -> float:
+def percentile(sorted_values: list[float], p: int) -> float:
+    """The ``p``-th percentile (1-100) of ``sorted_values`` (inclusive method)."""
     if len(sorted_values) == 1:
         return sorted_values[0]
     return statistics.quantiles(sorted_values, n=100, method="inclusive")[p - 1] if p < 100 else sorted_values[-1]
