@@ -202,7 +202,7 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
             history.unrecorded(version)
         ceiling = version + CEILING_STEP if version > history.ceiling else None
         try:
-            _write(conn, log, stamp, ceiling)
+            _write(conn, log, stamp, ceiling, lambda: history.showing(version))
         except BaseException:
             history.settle(version)  # (it may have happened: it counts as done)
             raise
@@ -210,17 +210,19 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
     return version, stamp
 
 
-def _write(conn, log: list, stamp: bytes, ceiling: int | None) -> None:
+def _write(conn, log: list, stamp: bytes, ceiling: int | None, showing) -> None:
     """Apply ``log`` in one SQLite transaction, with the versions' new durable ``ceiling``
     if any: ``BEGIN IMMEDIATE``, its statements, ``COMMIT``; a log of one statement runs
     by itself (SQLite commits it alone), and a commit of nothing but write conflict
-    ranges writes nothing.  On a ``conn`` in a read snapshot of the current version
-    (:func:`commit_log`), the statements run in that transaction instead; should SQLite
-    refuse to make it a write one (busy: it never invokes the busy handler for that), it
-    is ended and the log applied as above."""
+    ranges writes nothing.  ``showing()`` is called just before the statement that makes
+    the writes visible to other snapshots (``history.unseen_since``).  On a ``conn`` in a
+    read snapshot of the current version (:func:`commit_log`), the statements run in that
+    transaction instead; should SQLite refuse to make it a write one (busy: it never
+    invokes the busy handler for that), it is ended and the log applied as above."""
     upgrade = conn.in_transaction
     if not upgrade and ceiling is None and len(log) < 2 and (not log or _one_statement(log[0])):
         if log:
+            showing()
             _apply_one(conn, log[0], stamp)
         return
     if not upgrade:
@@ -229,13 +231,14 @@ def _write(conn, log: list, stamp: bytes, ceiling: int | None) -> None:
         apply_log(conn, log, stamp)
         if ceiling is not None:
             conn.execute("UPDATE state SET version = ?", (ceiling,))
+        showing()
         conn.execute("COMMIT")
     except sqlite3.OperationalError as exc:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         if not (upgrade and _busy(exc)):
             raise
-        _write(conn, log, stamp, ceiling)  # (not in a transaction now: its own)
+        _write(conn, log, stamp, ceiling, showing)  # (not in a transaction now: its own)
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

@@ -18,11 +18,12 @@ it).  The payload is the commit's merged write ranges (``marshal``).
 
 Every field and record is written under the store's write lock (``commit.py``), in an
 order that leaves the file safe wherever a committer is killed: the record first, then
-the head and ``pending`` (the version whose SQLite commit is under way); after the
-SQLite commit, ``current``, then ``pending`` cleared.  Read versions are taken without any lock: ``current``, read
-*before* the reader's SQLite snapshot starts, so that every commit missing from the
-snapshot has a later version and is checked (a commit that lands between the two only
-makes the check stricter).  A committer killed with ``pending`` set is settled by the
+the head and ``pending`` (the version whose commit is under way); just before the SQLite
+commit, ``showing`` (the same version: from then on a snapshot may hold it); after it,
+``current``, then ``pending`` and ``showing`` cleared.  Read versions are taken without
+any lock: ``current``, read *before* the reader's SQLite snapshot starts, so that every
+commit missing from the snapshot has a later version and is checked (a commit that lands
+between the two only makes the check stricter).  A committer killed with ``pending`` set is settled by the
 next one (``begin``): its commit counts as done, which at worst checks a commit that
 did not happen.  The watch thread reads recent records without the lock too
 (``writes_since``: which keys changed since its last look), and trusts what it read only
@@ -57,6 +58,8 @@ _F = struct.Struct("<12Q")
 _BLIND = 12  # (after _F: unknown to older layouts' code, which leaves it alone) the last
 # version whose commit wrote keys outside its recorded ranges (writes made with
 # next_write_no_write_conflict_range): a watch cannot learn its writes from the ring
+_SHOWING = 13  # (the same) the pending version whose SQLite commit has begun: from then on
+# a snapshot may hold it (see ``unseen_since``); 0 while the committer still writes
 _U64 = struct.Struct("<Q")
 _HEAD_PENDING = struct.Struct("<QQ")  # (adjacent: a record's head and pending in one write)
 _REC = struct.Struct("<IIqd")
@@ -138,6 +141,7 @@ class History:
             fields[_CEILING], fields[_CAPACITY] = ceiling, size - HEADER_SIZE
             _F.pack_into(header, 0, *fields)
             _U64.pack_into(header, _BLIND << 3, 0)
+            _U64.pack_into(header, _SHOWING << 3, 0)
 
     # --- without the lock --------------------------------------------------------------
 
@@ -157,6 +161,19 @@ class History:
         after.)"""
         header = self._header
         return (_U64.unpack_from(header, _PENDING << 3)[0] == 0
+                and _U64.unpack_from(header, _CURRENT << 3)[0] == version)
+
+    def unseen_since(self, version: int) -> bool:
+        """No commit was settled after read version ``version`` was read, and the one under
+        way, if any, has not begun its SQLite commit (it is still writing): a snapshot
+        started since holds exactly the commits up to ``version`` all the same.  In SQLite's
+        write-ahead log a transaction's writes show only once its commit is written, which
+        a committer marks (``showing``) before it begins; the mark is read first, so a
+        commit that became visible meanwhile is seen, marked or settled.  An older
+        release's committer does not mark: a snapshot that then holds its commit counts
+        it as a conflict, safe as before (``reads._begin_snapshot``)."""
+        header = self._header
+        return (_U64.unpack_from(header, _SHOWING << 3)[0] == 0
                 and _U64.unpack_from(header, _CURRENT << 3)[0] == version)
 
     def writes_since(self, since: int, upto: int, limit: int | None = None) -> list[list] | None:
@@ -227,6 +244,7 @@ class History:
             current = self._current = max(current, f[_PENDING])
             self._set(_CURRENT, current)
             self._set(_PENDING, 0)
+            self._set(_SHOWING, 0)
         if f[_GROWING]:
             self._drop_all(current)
             self._set(_GROWING, 0)
@@ -277,12 +295,17 @@ class History:
         its recorded ranges: watches look at the store itself for commits up to it."""
         _U64.pack_into(self._header, _BLIND << 3, version)
 
+    def showing(self, version: int) -> None:
+        """The SQLite commit of ``version`` (recorded) begins: snapshots may hold it."""
+        _U64.pack_into(self._header, _SHOWING << 3, version)
+
     def settle(self, version: int, ceiling: int | None = None) -> None:
         """After the SQLite commit of ``version`` (or its failure: it counts as done
         either way), and the durable ceiling it wrote, if any."""
         header = self._header
         _U64.pack_into(header, _CURRENT << 3, version)
         _U64.pack_into(header, _PENDING << 3, 0)
+        _U64.pack_into(header, _SHOWING << 3, 0)
         if ceiling is not None:
             _U64.pack_into(header, _CEILING << 3, ceiling)
 

@@ -39,14 +39,15 @@ def _begin_snapshot(conn, db) -> int:
     a later version too: the transaction would see state newer than its read version, and
     the conflict check would count that commit's writes against it though it read them
     (e.g. a worker accepting the job an add just committed: a conflict FoundationDB would
-    not report).  So when a commit was under way or landed meanwhile, the snapshot is
-    started again once no commit is under way (``db._commit_gate``: a wait of one commit,
-    ``GATE_WAIT`` at most, not a write lock)."""
+    not report).  So when a commit landed meanwhile, or one under way had begun its SQLite
+    commit (``history.unseen_since``: one still writing cannot be in the snapshot), the
+    snapshot is started again once no commit is under way (``db._commit_gate``: a wait of
+    one commit, ``GATE_WAIT`` at most, not a write lock)."""
     history = db._history
     version = history.read_version()
     conn.execute("BEGIN")
     conn.execute(_PIN).fetchone()
-    if history.quiet_since(version):
+    if history.quiet_since(version) or history.unseen_since(version):
         return version
     conn.execute("ROLLBACK")
     with db._commit_gate():

@@ -376,7 +376,7 @@ class _WriteLock:
 class _CommitGate:
     """Held, no commit of any process is under way: a shared ``flock`` on the write lock's
     file (which a committer holds exclusively), taken by a read snapshot that found one
-    under way (``reads._begin_snapshot``).  Readers do not wait for each other, only for
+    under way and past its writes, in its SQLite commit (``reads._begin_snapshot``).  Readers do not wait for each other, only for
     the commit under way (no snapshot begins under the write lock: a thread holding it
     would wait here for its own commit, ``GATE_WAIT``).  One thread of a process at a
     time: the lock belongs to the descriptor.

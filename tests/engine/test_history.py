@@ -310,8 +310,8 @@ def test_a_snapshot_begun_while_a_commit_is_under_way_waits_for_it_and_reads_at_
         written, go = threading.Event(), threading.Event()
         write = commit_module._write
 
-        def paused_after_sqlite_commit(conn, log, stamp, ceiling):
-            write(conn, log, stamp, ceiling)
+        def paused_after_sqlite_commit(conn, log, stamp, ceiling, showing):
+            write(conn, log, stamp, ceiling, showing)
             if log[0][1] == b"k":
                 written.set()
                 go.wait(DEADLINE)
@@ -338,6 +338,48 @@ def test_a_snapshot_begun_while_a_commit_is_under_way_waits_for_it_and_reads_at_
         assert out == [b"1", "committed"]
 
 
+def test_a_snapshot_begun_while_a_commit_still_writes_does_not_wait_and_reads_before_it(path, monkeypatch):
+    """A commit under way whose SQLite commit has not begun cannot be in a snapshot that
+    starts meanwhile (the write-ahead log shows a transaction's writes only once its commit
+    is written): the snapshot starts at once, at the version before it; a read of a key
+    that commit writes is then a real conflict (1020), a read of another key is not."""
+    from jobs.engine.store import _CommitGate
+
+    monkeypatch.setattr(_CommitGate, "GATE_WAIT", 0.2)
+    gated = []
+    enter = _CommitGate.__enter__
+    monkeypatch.setattr(_CommitGate, "__enter__", lambda gate: (gated.append(1), enter(gate))[1])
+    with EmbeddedDatabase(path) as db:
+        put(db, b"k", b"0")
+        before = put(db, b"other", b"0")
+        writing, go = threading.Event(), threading.Event()
+        write = commit_module._write
+
+        def paused_before_sqlite_commit(conn, log, stamp, ceiling, showing):
+            def show():
+                if log[0][1] == b"k":
+                    writing.set()
+                    go.wait(DEADLINE)
+                showing()
+            write(conn, log, stamp, ceiling, show)
+
+        monkeypatch.setattr(commit_module, "_write", paused_before_sqlite_commit)
+        committer = threading.Thread(target=put, args=(db, b"k", b"1"))
+        committer.start()
+        try:
+            assert writing.wait(DEADLINE)
+            assert db._history.committing()  # (recorded, under way)
+            on_k, on_other = reader_of(db, b"k"), reader_of(db, b"other")
+            assert on_k.get(b"k").wait() == b"0" and on_k.get_read_version().wait() == before
+            assert on_other.get_read_version().wait() == before
+            assert committer.is_alive() and gated == []  # (no wait: read while it writes)
+        finally:
+            go.set()
+            committer.join(DEADLINE)
+        on_other.commit().wait()
+        expect_fdb_error(1020, lambda: on_k.commit().wait())
+
+
 def test_a_snapshot_waits_a_bounded_time_for_a_committer_stopped_in_its_commit(path, monkeypatch):
     """A committer stopped holding the write lock (SIGSTOP, a debugger) holds every writer
     up but not the reads: a snapshot that finds its commit under way waits ``GATE_WAIT``
@@ -357,7 +399,8 @@ def test_a_snapshot_waits_a_bounded_time_for_a_committer_stopped_in_its_commit(p
         committer = threading.Thread(target=stopped_committer)
         committer.start()
         assert held.wait(DEADLINE)
-        monkeypatch.setattr(db._history, "quiet_since", lambda version: False)  # (its commit under way)
+        monkeypatch.setattr(db._history, "quiet_since", lambda version: False)  # (its commit under way,
+        monkeypatch.setattr(db._history, "unseen_since", lambda version: False)  # its SQLite commit begun)
         try:
             tr = db.create_transaction()
             assert tr.get(b"k").wait() == b"0"
