@@ -156,6 +156,7 @@ class AcceptCall:
         self.retries += 1
         if error_code(exc) == NOT_COMMITTED:
             self.conflicts += 1
+            pending.spread()
             for job_id in self._new_picks:
                 del self._picked[job_id]
             if self.on_conflict is not None:

@@ -1,10 +1,13 @@
 """The pending queue of each type (couch_jobs_pending's part), in priority bands:
 ``("jobs", "pending", Type, Priority, STime, JobId)`` (see ``keys.py``).
 
-Dequeue takes from the best band that has due jobs: it picks a random one from a
-*snapshot* read of that band's head and adds one read conflict key, on the job it takes:
-workers that pick different jobs never conflict, and two that pick the same one conflict
-at commit (1020) and the loser retries.  A batch is a run of neighbouring jobs at a random
+Dequeue takes from the best band that has due jobs: it picks one from a *snapshot* read
+of that band's head and adds one read conflict key, on the job it takes: workers that pick
+different jobs never conflict, and two that pick the same one conflict at commit (1020)
+and the loser retries.  A lone job is picked at this process's place in the head, which
+moves on by one each pick from a random start and is drawn again after a conflict
+(:func:`spread`): processes picking at once keep to different places, and every place is
+visited once in ``SAMPLE`` picks.  A batch is a run of neighbouring jobs at a random
 place in a wider head, for the same reason, continued in the next bands when one band has
 too few due jobs.
 
@@ -17,6 +20,7 @@ after every band) are read as band 0: looked at before the first band worse than
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 import time
@@ -34,6 +38,27 @@ SAMPLE = 16  # head of the queue read to pick from: enough that a few workers ra
 BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8
 _ONE = (1).to_bytes(8, "little")
 _QUEUED_AT = struct.Struct(">d")
+
+
+def _places():
+    """Where this process picks a lone job next in a head: a counter from a random place."""
+    return itertools.count(random.randrange(SAMPLE)).__next__
+
+
+_next_place = _places()  # (next() of a count is atomic: lanes of a process never share a place)
+
+
+def spread() -> None:
+    """After a conflict on a pick (another process took the job): a new random place, so
+    that two processes that met do not meet again at every pick (a random pick among
+    ``SAMPLE``, as before, met one in eight picks with four workers)."""
+    global _next_place
+    _next_place = _places()
+
+
+def _at_place(due: list[bytes]) -> bytes:
+    """The key at this process's next place in ``due`` (a head of due keys)."""
+    return due[_next_place() % SAMPLE % len(due)]
 
 
 def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
@@ -161,18 +186,20 @@ def _due_end(queue: bytes, priority: int | None, max_stime: float) -> bytes:
 
 
 def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str | None:
-    """Take (clear) a random eligible pending job of the best band and return its id, or
-    None.  Eligible: scheduled at or before ``max_stime``; with ``no_schedule``, scheduled at
-    0 (ids UUID-like, picked near a random UUID without reading the band's head)."""
+    """Take (clear) an eligible pending job of the best band (:func:`pick_from`) and return
+    its id, or None.  Eligible: scheduled at or before ``max_stime``; with ``no_schedule``,
+    scheduled at 0 (ids UUID-like, picked near a random UUID without reading the band's
+    head)."""
     taken = dequeue_many(tr, type, max_stime, 1, no_schedule)
     return taken[0] if taken else None
 
 
 def dequeue_many(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False) -> list[str]:
     """Take (clear) up to ``limit`` eligible pending jobs, best band first, and return their
-    ids: one random job of the best band for a limit of 1; else a run of neighbours at a
-    random place in the band's head (or near a random UUID), so that workers taking batches
-    at once rarely collide.  One read conflict key per job taken."""
+    ids: one job of the best band for a limit of 1 (at this process's place in its head);
+    else a run of neighbours at a random place in the band's head (or near a random UUID),
+    so that workers taking batches at once rarely collide.  One read conflict key per job
+    taken."""
     return take(tr, pick(tr, type, max_stime, limit, no_schedule))
 
 
@@ -199,7 +226,8 @@ def _pick_from_heads(tr, type: str, max_stime: float, limit: int) -> list[bytes]
 
 def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = False) -> list[bytes]:
     """Up to ``limit`` due keys of the queue whose prefix is ``queue``, best band first
-    (one at random in the head for a limit of 1, else a run), read without a conflict."""
+    (one at this process's place in the head for a limit of 1, else a run at random), read
+    without a conflict."""
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     picked: list[bytes] = []
     for priority, head in queue_bands(tr, queue, window, legacy, _seen(tr)):
@@ -207,7 +235,7 @@ def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = Fal
         if not due:
             continue  # only future jobs in this band: the next one may have due jobs
         if limit == 1:
-            return [random.choice(due)]
+            return [_at_place(due)]
         picked += _run(due, limit - len(picked))
         if len(picked) == limit:
             break
@@ -220,7 +248,7 @@ def pick_one(tr, queue: bytes, max_stime: float) -> tuple[bytes | None, bool]:
     for priority, head in queue_bands(tr, queue, SAMPLE, seen=_seen(tr)):
         due = head[:bisect_left(head, _due_end(queue, priority, max_stime))]  # (a head is sorted)
         if due:
-            return random.choice(due), len(head) > 1
+            return _at_place(due), len(head) > 1
     return None, False
 
 

@@ -410,15 +410,15 @@ def test_active_jobs_ids_in_order_of_last_activity(db):
 
 
 def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
-    """The random pick reads the queue as a snapshot and adds one read conflict key, on
-    the job taken: workers taking different jobs both commit; the same job, one gets 1020."""
+    """The pick reads the queue as a snapshot and adds one read conflict key, on the job
+    taken: workers taking different jobs both commit; the same job, one gets 1020."""
     from jobs import pending
     from jobs.engine import error_code
 
     for job_id in "abcd":
         jobs.add(db, T, job_id, {})
-    picks = iter([0, -1, 0, 0])  # first and last of the head, then the first twice
-    monkeypatch.setattr(pending.random, "choice", lambda seq: seq[next(picks)])
+    # first and last of the head, then the first twice (places in a head of 4, then of 2)
+    monkeypatch.setattr(pending, "_next_place", iter([0, 3, 0, 0]).__next__)
 
     def dequeue():
         tr = db.create_transaction()
@@ -435,6 +435,35 @@ def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
     with pytest.raises(Exception) as info:
         tr4.commit().wait()
     assert error_code(info.value) == 1020
+
+
+def test_lone_picks_of_a_process_visit_every_place_of_the_head_in_turn(db, monkeypatch):
+    """A process picks a lone job at its place in the head, one place on each time: SAMPLE
+    picks from one head take each of its SAMPLE jobs once (no job of the head waits on luck),
+    from wherever the place started."""
+    import itertools
+
+    from jobs import pending
+
+    for i in range(pending.SAMPLE + 4):
+        jobs.add(db, T, f"j{i:02d}", {})
+    monkeypatch.setattr(pending, "_next_place", itertools.count(5).__next__)
+    picked = [pending.dequeue(db.create_transaction(), T, max_stime=10**10) for _ in range(pending.SAMPLE)]
+    assert picked[0] == "j05" and sorted(picked) == [f"j{i:02d}" for i in range(pending.SAMPLE)]
+
+
+def test_a_conflict_on_an_accept_draws_a_new_place_for_the_next_picks(db, monkeypatch):
+    """Two processes whose places met (both picked the job one of them took) do not go on
+    meeting: the loser's conflict (1020) draws its place again."""
+    from jobs import accepting, pending
+
+    spread = []
+    monkeypatch.setattr(pending, "spread", lambda: spread.append(1))
+    call = accepting.AcceptCall(db, T)
+    call._failed(FDBError(1020))
+    assert spread == [1] and call.conflicts == 1
+    call._failed(FDBError(1007))  # (too old: no one took the job)
+    assert spread == [1]
 
 
 # --- waiting -----------------------------------------------------------------------------

@@ -47,14 +47,14 @@ def test_lower_priority_first_then_scheduled_time_negatives_included(db):
 
 
 def test_within_a_band_accept_picks_among_the_first_due_by_scheduled_time(db, monkeypatch):
-    """The random pick sees exactly the band's first SAMPLE due jobs (no luck involved)."""
+    """The pick sees exactly the band's first SAMPLE due jobs (no luck involved)."""
     n = pending.SAMPLE + 4
     for i in range(n):
         jobs.add(db, T, f"b0-{i:02d}", scheduled_time=float(i + 1))
     jobs.add(db, T, "b1", priority=1)
     jobs.add(db, T, "better-but-future", priority=-3, scheduled_time=FUTURE)
     offered = []
-    monkeypatch.setattr(pending.random, "choice", lambda seq: offered.append(list(seq)) or seq[-1])
+    monkeypatch.setattr(pending, "_at_place", lambda due: offered.append(list(due)) or due[-1])
     job = jobs.accept(db, T, timeout=0)
     assert [_id(k) for k in offered[0]] == [f"b0-{i:02d}" for i in range(pending.SAMPLE)]
     assert job.id == f"b0-{pending.SAMPLE - 1:02d}"
