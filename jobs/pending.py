@@ -21,6 +21,7 @@ after every band) are read as band 0: looked at before the first band worse than
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import struct
 import time
@@ -51,9 +52,14 @@ _next_place = _places()  # (next() of a count is atomic: lanes of a process neve
 def spread() -> None:
     """After a conflict on a pick (another process took the job): a new random place, so
     that two processes that met do not meet again at every pick (a random pick among
-    ``SAMPLE``, as before, met one in eight picks with four workers)."""
+    ``SAMPLE``, as before, met one in eight picks with four workers).  Also in a forked
+    child, which would start at its parent's place."""
     global _next_place
     _next_place = _places()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=spread)  # (random reseeds itself first: it registered at its import)
 
 
 def _at_place(due: list[bytes]) -> bytes:

@@ -4,6 +4,7 @@ model's versionstamps, waking on future jobs, ``timeout``, and the async twins."
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -450,6 +451,29 @@ def test_lone_picks_of_a_process_visit_every_place_of_the_head_in_turn(db, monke
     monkeypatch.setattr(pending, "_next_place", itertools.count(5).__next__)
     picked = [pending.dequeue(db.create_transaction(), T, max_stime=10**10) for _ in range(pending.SAMPLE)]
     assert picked[0] == "j05" and sorted(picked) == [f"j{i:02d}" for i in range(pending.SAMPLE)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_draws_a_place_of_its_own(monkeypatch):
+    """Worker processes forked from one parent do not all start at its place."""
+    from jobs import pending
+
+    monkeypatch.setattr(pending, "_next_place", iter(range(100, 200)).__next__)  # (the parent's)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drawn anew, a count from a place within the head
+        try:
+            place = pending._next_place()
+            os.write(write, b"ok" if 0 <= place < pending.SAMPLE else b"kept")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 10) == b"ok"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert pending._next_place() == 100  # (the parent's own is untouched)
 
 
 def test_a_conflict_on_an_accept_draws_a_new_place_for_the_next_picks(db, monkeypatch):
