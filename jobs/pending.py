@@ -46,7 +46,7 @@ def _places():
     return itertools.count(random.randrange(SAMPLE)).__next__
 
 
-_next_place = _places()  # (next() of a count is atomic: lanes of a process never share a place)
+_next_place = _places()  # (next() of a count is atomic: the lanes of a process take places in turn)
 
 
 def spread() -> None:

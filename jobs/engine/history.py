@@ -23,9 +23,9 @@ commit, ``showing`` (the same version: from then on a snapshot may hold it); aft
 ``current``, then ``pending`` and ``showing`` cleared.  Read versions are taken without
 any lock: ``current``, read *before* the reader's SQLite snapshot starts, so that every
 commit missing from the snapshot has a later version and is checked (a commit that lands
-between the two only makes the check stricter).  A committer killed with ``pending`` set is settled by the
-next one (``begin``): its commit counts as done, which at worst checks a commit that
-did not happen.  The watch thread reads recent records without the lock too
+between the two only makes the check stricter).  A committer killed with ``pending`` set
+is settled by the next one (``begin``): its commit counts as done, which at worst checks
+a commit that did not happen.  The watch thread reads recent records without the lock too
 (``writes_since``: which keys changed since its last look), and trusts what it read only
 if the tail had not passed it by the end of the read.
 """

@@ -376,10 +376,11 @@ class _WriteLock:
 class _CommitGate:
     """Held, no commit of any process is under way: a shared ``flock`` on the write lock's
     file (which a committer holds exclusively), taken by a read snapshot that found one
-    under way and past its writes, in its SQLite commit (``reads._begin_snapshot``).  Readers do not wait for each other, only for
-    the commit under way (no snapshot begins under the write lock: a thread holding it
-    would wait here for its own commit, ``GATE_WAIT``).  One thread of a process at a
-    time: the lock belongs to the descriptor.
+    under way and past its writes, in its SQLite commit (``reads._begin_snapshot``).
+    Readers do not wait for each other, only for the commit under way (no snapshot begins
+    under the write lock: a thread holding it would wait here for its own commit,
+    ``GATE_WAIT``).  One thread of a process at a time: the lock belongs to the
+    descriptor.
 
     The wait is bounded (``GATE_WAIT``): a committer stopped in its commit (``SIGSTOP``, a
     debugger) holds every writer up, but must not hang reads such as ``jobs status``; past
