@@ -27,7 +27,8 @@ log = logging.getLogger("processors")
 
 BEATS_PER_TIMEOUT = 3  # heartbeats per type timeout: two may be late before the job is lost
 TIMEOUT_REFRESH = 10.0  # seconds between re-reads of the type timeouts (jobs set-timeout)
-LOST_CHECK = 0.05  # least time between two checks of the held jobs (rate limit under load)
+LOST_CHECK = 0.05  # least time between two checks of the held jobs (rate limit under load);
+# also how long a job is held before the checks watch it
 
 
 class Held:
@@ -97,7 +98,9 @@ async def _beat(run: Run) -> None:
 async def watch_lost(db, held: Held) -> None:
     """Halt the handlers of jobs that were removed or re-enqueued as soon as that
     happens, not at their next heartbeat: the activity watches of each type of the held
-    jobs (every job change stamps one), re-checking the held jobs at most every LOST_CHECK s."""
+    jobs (every job change stamps one), re-checking the held jobs at most every LOST_CHECK s
+    (a job held for LOST_CHECK at least: one taken away is halted within 2 x LOST_CHECK of
+    being held, and at once after that)."""
     while True:
         lost = await anyio.to_thread.run_sync(_lost_jobs, db, held)
         for run in lost:
@@ -108,10 +111,20 @@ async def watch_lost(db, held: Held) -> None:
 
 def _lost_jobs(db, held: Held) -> list[Run]:
     """Block until a type of a held job changes (1 s at most); the held jobs that are
-    no longer held then.  Never raises: a failed check is tried again."""
-    runs = [r for r in held.runs() if r.state.active]
-    if not runs:
+    no longer held then.  Never raises: a failed check is tried again.
+
+    Only jobs held for ``LOST_CHECK`` already are checked: the next look, ``LOST_CHECK``
+    on, checks those still held, as soon as the rate limit lets it check anything.  A
+    processor of short jobs (``prefetch=1`` runs one a millisecond) would otherwise run a
+    check, and set the watches that wake its watch thread at every commit, for jobs done
+    before a removal could matter."""
+    now = time.monotonic()
+    active = [r for r in held.runs() if r.state.active]
+    if not active:
         held.wait_added(1.0)
+        return []
+    runs = [r for r in active if now - r.held_since >= LOST_CHECK]
+    if not runs:
         return []
     wake = held.on_added()
 

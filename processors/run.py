@@ -155,7 +155,8 @@ class Run:
         self._id: str | None = None  # (drawn when first asked: few handlers ask)
         self.params, self.task = behaviors.split(job.data)
         self.beat_every = beat_every
-        self.next_beat = time.monotonic() + beat_every
+        self.held_since = time.monotonic()
+        self.next_beat = self.held_since + beat_every
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
         self.queued_at = 0.0  # (monotonic) when its outcome was queued for the group commit
         self.state = RunState(f"job {job.type}/{job.id}")

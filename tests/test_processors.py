@@ -1108,3 +1108,24 @@ def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_ow
     feed.lanes, hand["runs"] = 4, 3  # three other lanes running their jobs
     feed._accept(8)
     assert asked == [1, 8]  # (theirs are not prefetched jobs)
+
+
+def test_the_lost_job_watcher_checks_only_jobs_held_for_a_while(db, monkeypatch):
+    """The watcher that halts taken-away jobs at once runs no check for jobs held less than
+    LOST_CHECK (a busy processor of short jobs would check every one of them); once held
+    that long, a job taken away is found."""
+    from processors import holding
+    from processors.run import Run
+
+    jobs.set_type_timeout(db, "t", 60)
+    jobs.add(db, "t", "j1")
+    held = holding.Held()
+    run = Run(db, jobs.accept(db, "t", timeout=0), beat_every=20)
+    held.add([run])
+    checks = []
+    check = holding.run_transaction
+    monkeypatch.setattr(holding, "run_transaction", lambda db, fn: (checks.append(1), check(db, fn))[1])
+    jobs.remove(db, "t", "j1")
+    assert holding._lost_jobs(db, held) == [] and checks == []  # (held for less than LOST_CHECK)
+    run.held_since -= holding.LOST_CHECK
+    assert holding._lost_jobs(db, held) == [run] and checks == [1]
