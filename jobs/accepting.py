@@ -22,7 +22,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, rates, rows, store_ids
+from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, places, rates, rows, store_ids
 from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
@@ -156,7 +156,7 @@ class AcceptCall:
         self.retries += 1
         if error_code(exc) == NOT_COMMITTED:
             self.conflicts += 1
-            pending.spread()
+            places.conflicted()
             for job_id in self._new_picks:
                 del self._picked[job_id]
             if self.on_conflict is not None:

@@ -4,10 +4,9 @@
 Dequeue takes from the best band that has due jobs: it picks one from a *snapshot* read
 of that band's head and adds one read conflict key, on the job it takes: workers that pick
 different jobs never conflict, and two that pick the same one conflict at commit (1020)
-and the loser retries.  A lone job is picked at this process's place in the head, which
-moves on by one each pick from a random start and is drawn again after a conflict
-(:func:`spread`): processes picking at once keep to different places, and every place is
-visited once in ``SAMPLE`` picks.  A batch is a run of neighbouring jobs at a random
+and the loser retries.  A lone job is picked at the picking thread's place in the head
+(``places.py``): the threads of a machine picking at once keep to places far apart, and
+every place is visited as the places turn.  A batch is a run of neighbouring jobs at a random
 place in a wider head, for the same reason, continued in the next bands when one band has
 too few due jobs.
 
@@ -20,8 +19,6 @@ after every band) are read as band 0: looked at before the first band worse than
 
 from __future__ import annotations
 
-import itertools
-import os
 import random
 import struct
 import time
@@ -29,42 +26,21 @@ import uuid
 import weakref
 from bisect import bisect_left
 
-from . import counts, keys, wakeups
+from . import counts, keys, places, store_ids, wakeups
 from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import run
 
 MIGRATION_BATCH = 1000  # legacy pending entries moved per transaction (~100 kB of writes)
-SAMPLE = 16  # head of the queue read to pick from: enough that a few workers rarely pick alike
+SAMPLE = places.SLOTS  # head of the queue read to pick from: enough that a few workers rarely pick alike
 BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8
 _ONE = (1).to_bytes(8, "little")
 _QUEUED_AT = struct.Struct(">d")
 
 
-def _places():
-    """Where this process picks a lone job next in a head: a counter from a random place."""
-    return itertools.count(random.randrange(SAMPLE)).__next__
-
-
-_next_place = _places()  # (next() of a count is atomic: the lanes of a process take places in turn)
-
-
-def spread() -> None:
-    """After a conflict on a pick (another process took the job): a new random place, so
-    that two processes that met do not meet again at every pick (a random pick among
-    ``SAMPLE``, as before, met one in eight picks with four workers).  Also in a forked
-    child, which would start at its parent's place."""
-    global _next_place
-    _next_place = _places()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=spread)  # (random reseeds itself first: it registered at its import)
-
-
-def _at_place(due: list[bytes]) -> bytes:
-    """The key at this process's next place in ``due`` (a head of due keys)."""
-    return due[_next_place() % SAMPLE % len(due)]
+def _at_place(tr, due: list[bytes]) -> bytes:
+    """The key at this thread's place in ``due`` (a head of due keys of ``tr``'s store)."""
+    return due[places.place(store_ids.store_id_of(store_ids.store_id_future(tr))) % SAMPLE % len(due)]
 
 
 def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
@@ -202,7 +178,7 @@ def dequeue(tr, type: str, max_stime: float, no_schedule: bool = False) -> str |
 
 def dequeue_many(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False) -> list[str]:
     """Take (clear) up to ``limit`` eligible pending jobs, best band first, and return their
-    ids: one job of the best band for a limit of 1 (at this process's place in its head);
+    ids: one job of the best band for a limit of 1 (at this thread's place in its head);
     else a run of neighbours at a random place in the band's head (or near a random UUID),
     so that workers taking batches at once rarely collide.  One read conflict key per job
     taken."""
@@ -232,7 +208,7 @@ def _pick_from_heads(tr, type: str, max_stime: float, limit: int) -> list[bytes]
 
 def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = False) -> list[bytes]:
     """Up to ``limit`` due keys of the queue whose prefix is ``queue``, best band first
-    (one at this process's place in the head for a limit of 1, else a run at random), read
+    (one at this thread's place in the head for a limit of 1, else a run at random), read
     without a conflict."""
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     picked: list[bytes] = []
@@ -241,7 +217,7 @@ def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = Fal
         if not due:
             continue  # only future jobs in this band: the next one may have due jobs
         if limit == 1:
-            return [_at_place(due)]
+            return [_at_place(tr, due)]
         picked += _run(due, limit - len(picked))
         if len(picked) == limit:
             break
@@ -254,7 +230,7 @@ def pick_one(tr, queue: bytes, max_stime: float) -> tuple[bytes | None, bool]:
     for priority, head in queue_bands(tr, queue, SAMPLE, seen=_seen(tr)):
         due = head[:bisect_left(head, _due_end(queue, priority, max_stime))]  # (a head is sorted)
         if due:
-            return _at_place(due), len(head) > 1
+            return _at_place(tr, due), len(head) > 1
     return None, False
 
 

@@ -413,13 +413,14 @@ def test_active_jobs_ids_in_order_of_last_activity(db):
 def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
     """The pick reads the queue as a snapshot and adds one read conflict key, on the job
     taken: workers taking different jobs both commit; the same job, one gets 1020."""
-    from jobs import pending
+    from jobs import pending, places
     from jobs.engine import error_code
 
     for job_id in "abcd":
         jobs.add(db, T, job_id, {})
     # first and last of the head, then the first twice (places in a head of 4, then of 2)
-    monkeypatch.setattr(pending, "_next_place", iter([0, 3, 0, 0]).__next__)
+    chosen = iter([0, 3, 0, 0])
+    monkeypatch.setattr(places, "place", lambda store_id: next(chosen))
 
     def dequeue():
         tr = db.create_transaction()
@@ -436,58 +437,6 @@ def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
     with pytest.raises(Exception) as info:
         tr4.commit().wait()
     assert error_code(info.value) == 1020
-
-
-def test_lone_picks_of_a_process_visit_every_place_of_the_head_in_turn(db, monkeypatch):
-    """A process picks a lone job at its place in the head, one place on each time: SAMPLE
-    picks from one head take each of its SAMPLE jobs once (no job of the head waits on luck),
-    from wherever the place started."""
-    import itertools
-
-    from jobs import pending
-
-    for i in range(pending.SAMPLE + 4):
-        jobs.add(db, T, f"j{i:02d}", {})
-    monkeypatch.setattr(pending, "_next_place", itertools.count(5).__next__)
-    picked = [pending.dequeue(db.create_transaction(), T, max_stime=10**10) for _ in range(pending.SAMPLE)]
-    assert picked[0] == "j05" and sorted(picked) == [f"j{i:02d}" for i in range(pending.SAMPLE)]
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_process_draws_a_place_of_its_own(monkeypatch):
-    """Worker processes forked from one parent do not all start at its place."""
-    from jobs import pending
-
-    monkeypatch.setattr(pending, "_next_place", iter(range(100, 200)).__next__)  # (the parent's)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drawn anew, a count from a place within the head
-        try:
-            place = pending._next_place()
-            os.write(write, b"ok" if 0 <= place < pending.SAMPLE else b"kept")
-        finally:
-            os._exit(0)
-    os.close(write)
-    try:
-        assert os.read(read, 10) == b"ok"
-    finally:
-        os.close(read)
-        os.waitpid(pid, 0)
-    assert pending._next_place() == 100  # (the parent's own is untouched)
-
-
-def test_a_conflict_on_an_accept_draws_a_new_place_for_the_next_picks(db, monkeypatch):
-    """Two processes whose places met (both picked the job one of them took) do not go on
-    meeting: the loser's conflict (1020) draws its place again."""
-    from jobs import accepting, pending
-
-    spread = []
-    monkeypatch.setattr(pending, "spread", lambda: spread.append(1))
-    call = accepting.AcceptCall(db, T)
-    call._failed(FDBError(1020))
-    assert spread == [1] and call.conflicts == 1
-    call._failed(FDBError(1007))  # (too old: no one took the job)
-    assert spread == [1]
 
 
 # --- waiting -----------------------------------------------------------------------------

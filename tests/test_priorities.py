@@ -54,7 +54,7 @@ def test_within_a_band_accept_picks_among_the_first_due_by_scheduled_time(db, mo
     jobs.add(db, T, "b1", priority=1)
     jobs.add(db, T, "better-but-future", priority=-3, scheduled_time=FUTURE)
     offered = []
-    monkeypatch.setattr(pending, "_at_place", lambda due: offered.append(list(due)) or due[-1])
+    monkeypatch.setattr(pending, "_at_place", lambda tr, due: offered.append(list(due)) or due[-1])
     job = jobs.accept(db, T, timeout=0)
     assert [_id(k) for k in offered[0]] == [f"b0-{i:02d}" for i in range(pending.SAMPLE)]
     assert job.id == f"b0-{pending.SAMPLE - 1:02d}"
