@@ -418,8 +418,9 @@ def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
 
     for job_id in "abcd":
         jobs.add(db, T, job_id, {})
-    # first and last of the head, then the first twice (places in a head of 4, then of 2)
-    chosen = iter([0, 3, 0, 0])
+    # first and last of the head, then the first twice (places of 16, scaled to a head of 4,
+    # then of 2)
+    chosen = iter([0, 12, 0, 0])
     monkeypatch.setattr(places, "place", lambda store_id: next(chosen))
 
     def dequeue():

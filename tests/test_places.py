@@ -102,6 +102,32 @@ def test_no_job_of_a_head_waits_on_a_place_that_nobody_holds(db, monkeypatch):
     assert set(picked) >= {f"j{i:03d}" for i in range(pending.SAMPLE)}
 
 
+def test_pickers_far_apart_take_different_jobs_of_a_short_head(db, monkeypatch):
+    """Four threads holding slots 0-3, picking at once from a head of four due jobs (their
+    places scaled to it), each take a job of their own."""
+    jobs.set_type_timeout(db, T, 60)
+    for job_id in "abcd":
+        jobs.add(db, T, job_id, {})
+    _at(monkeypatch, 0)
+    turn = [threading.Event() for _ in range(5)]
+    turn[0].set()
+    done = threading.Barrier(4)
+    picked = {}
+
+    def pick(i):
+        turn[i].wait(30)
+        picked[i] = pending.dequeue(db.create_transaction(), T, max_stime=10**10)  # (not committed)
+        turn[i + 1].set()
+        done.wait(30)  # (slots held until all have picked)
+
+    threads = [threading.Thread(target=pick, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [picked[i] for i in range(4)] == ["a", "c", "b", "d"]  # (places 0, 8, 4, 12 of 16)
+
+
 def test_a_thread_that_meets_another_at_every_pick_moves_its_place_for_a_while(monkeypatch):
     store = _store()
     _at(monkeypatch, 0)
