@@ -56,11 +56,11 @@ class _Slot:
         self.fd, self.number = fd, number
         _held.add(self)
 
-    def close(self) -> None:
+    def close(self, _close=os.close) -> None:  # (bound here: __del__ may run at exit)
         fd, self.fd = self.fd, None
         if fd is not None:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 
@@ -124,7 +124,7 @@ def conflicted() -> None:
 
 
 def slot_of(store_id: bytes) -> int | None:
-    """The slot this thread holds for ``store_id``, if any (for tests and status)."""
+    """The slot this thread holds for ``store_id``, if any."""
     slot = _picker().slots.get(store_id)
     return slot.number if type(slot) is _Slot else None
 
