@@ -41,6 +41,7 @@ SLOTS = 16  # places in a head (pending.SAMPLE), and slots per store and machine
 SPREAD = (0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15)  # slot -> its place: far apart
 ROTATE = 0.004  # seconds a place is held before all move on by one
 RETRY = 5.0  # seconds before a thread that found every slot taken tries again
+STORES = 4  # stores a thread keeps its slots of (the one it used first is given up first)
 DECAY = 7 / 8  # the conflict rate's weight of the past, at each pick
 MOVE_AT = 0.4  # conflict rate (an average over about eight attempts) that moves a place
 MOVED_FOR = 10.0  # seconds a moved place keeps its offset
@@ -68,7 +69,8 @@ class _Slot:
 
 
 class _Picker:
-    """A thread's placing: its slot for each store id, and its conflict rate and offset."""
+    """A thread's placing: its slot for each store id (of the last ``STORES`` it picked
+    from), and its conflict rate and offset."""
 
     __slots__ = ("slots", "base", "rate", "offset", "offset_until")
 
@@ -104,6 +106,8 @@ def place(store_id: bytes | None) -> int:
         slot = picker.slots.get(store_id)
         if slot is None or (type(slot) is float and now >= slot):
             slot = picker.slots[store_id] = _take_slot(store_id) or now + RETRY
+            if len(picker.slots) > STORES:  # (a process opening many stores: a descriptor each)
+                _give_up(picker.slots.pop(next(iter(picker.slots))))
         if type(slot) is _Slot:
             base = SPREAD[slot.number]
     if picker.offset and now >= picker.offset_until:
@@ -127,6 +131,12 @@ def slot_of(store_id: bytes) -> int | None:
     """The slot this thread holds for ``store_id``, if any."""
     slot = _picker().slots.get(store_id)
     return slot.number if type(slot) is _Slot else None
+
+
+def _give_up(slot: _Slot | float) -> None:
+    if type(slot) is _Slot:
+        _held.discard(slot)
+        slot.close()
 
 
 def _take_slot(store_id: bytes) -> _Slot | None:

@@ -69,6 +69,19 @@ def test_threads_picking_from_one_store_hold_slots_far_apart(monkeypatch):
     assert _in_thread(lambda: (places.place(store), places.slot_of(store))) == (0, 0)
 
 
+def test_a_thread_keeps_the_slots_of_its_last_few_stores_only(monkeypatch):
+    """A process that opens store after store does not keep a descriptor for each: the
+    slot of the store a thread picked from longest ago is given up."""
+    _at(monkeypatch, 0)
+    stores = [_store() for _ in range(places.STORES + 2)]
+    for store in stores:
+        places.place(store)
+    held = [places.slot_of(store) for store in stores]
+    assert held == [None, None] + [0] * places.STORES
+    assert _in_thread(lambda: places.place(stores[0]) is not None and places.slot_of(stores[0])) == 0  # (freed)
+    assert _in_thread(lambda: places.place(stores[-1]) is not None and places.slot_of(stores[-1])) == 1
+
+
 def test_slots_are_spread_as_far_apart_as_their_number_allows():
     for n in (2, 4, 8, 16):
         held = sorted(places.SPREAD[:n])
