@@ -9,7 +9,8 @@ moves the jobs above it one place down.
 
 So the threads of one machine that pick from a store each hold a *slot* (a lock file in
 the machine's temporary directory, named after the store id and the slot: the kernel
-frees it with the thread's descriptor, at its end or its process's), and the slots are
+frees it with the thread's descriptor, at its end or its process's, or when the thread
+has picked from ``STORES`` other stores since), and the slots are
 spread over the head as far apart as their number allows (``SPREAD``: 0, 8, 4, 12, 2,
 ...: four workers pick four places apart).  All places turn together, one place every
 ``ROTATE`` seconds of the wall clock: every place of a head is visited within ``SLOTS *
