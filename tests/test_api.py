@@ -4,7 +4,6 @@ model's versionstamps, waking on future jobs, ``timeout``, and the async twins."
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid

@@ -32,6 +32,11 @@ def _at(monkeypatch, step: int) -> None:
     monkeypatch.setattr(places, "_now", lambda: (step + 0.5) * places.ROTATE)
 
 
+def _placed(store: bytes) -> tuple[int, int | None]:
+    """This thread's place in a head of ``store`` now, and the slot it holds for it."""
+    return places.place(store), places.slot_of(store)
+
+
 def _in_thread(fn):
     out = []
     thread = threading.Thread(target=lambda: out.append(fn()))
@@ -45,28 +50,27 @@ def test_threads_picking_from_one_store_hold_slots_far_apart(monkeypatch):
     thread holds its slot until it ends, and a thread of another store starts at 0."""
     store = _store()
     _at(monkeypatch, 0)
-    release = threading.Event()
+    ready, release = threading.Event(), threading.Event()
     taken = []
 
     def first():
-        taken.append((places.place(store), places.slot_of(store)))
+        taken.append(_placed(store))
+        ready.set()
         release.wait(30)
 
     holder = threading.Thread(target=first)
     holder.start()
     try:
-        while not taken:
-            release.wait(0.01)
-        second = _in_thread(lambda: (places.place(store), places.slot_of(store)))
+        assert ready.wait(30)
+        second = _in_thread(lambda: _placed(store))
         assert taken == [(0, 0)] and second == (8, 1)
-        third = [_in_thread(lambda: places.slot_of(store) if places.place(store) is not None else None)
-                 for _ in range(2)]
+        third = [_in_thread(lambda: _placed(store))[1] for _ in range(2)]
         assert third == [1, 1]  # (slot 1 freed by each thread's end)
         assert _in_thread(lambda: (places.place(_store()), places.slot_of(store))) == (0, None)
     finally:
         release.set()
         holder.join(30)
-    assert _in_thread(lambda: (places.place(store), places.slot_of(store))) == (0, 0)
+    assert _in_thread(lambda: _placed(store)) == (0, 0)
 
 
 def test_a_thread_keeps_the_slots_of_its_last_few_stores_only(monkeypatch):
@@ -78,8 +82,8 @@ def test_a_thread_keeps_the_slots_of_its_last_few_stores_only(monkeypatch):
         places.place(store)
     held = [places.slot_of(store) for store in stores]
     assert held == [None, None] + [0] * places.STORES
-    assert _in_thread(lambda: places.place(stores[0]) is not None and places.slot_of(stores[0])) == 0  # (freed)
-    assert _in_thread(lambda: places.place(stores[-1]) is not None and places.slot_of(stores[-1])) == 1
+    assert _in_thread(lambda: _placed(stores[0]))[1] == 0  # (freed)
+    assert _in_thread(lambda: _placed(stores[-1]))[1] == 1
 
 
 def test_slots_are_spread_as_far_apart_as_their_number_allows():
@@ -208,7 +212,7 @@ def test_a_forked_child_takes_a_slot_of_its_own_and_leaves_its_parents(monkeypat
     pid = os.fork()
     if pid == 0:
         try:
-            os.write(write, b"%d %d" % (places.place(store), places.slot_of(store)))
+            os.write(write, b"%d %d" % _placed(store))
         finally:
             os._exit(0)
     os.close(write)
@@ -218,4 +222,4 @@ def test_a_forked_child_takes_a_slot_of_its_own_and_leaves_its_parents(monkeypat
         os.close(read)
         os.waitpid(pid, 0)
     assert places.slot_of(store) == 0
-    assert _in_thread(lambda: places.place(store) is not None and places.slot_of(store)) == 1  # (the child's freed)
+    assert _in_thread(lambda: _placed(store))[1] == 1  # (the child's freed)
