@@ -8,10 +8,10 @@ picker's snapshot is a few commits older than the other's: every job taken below
 moves the jobs above it one place down.
 
 So the threads of one machine that pick from a store each hold a *slot* (a lock file in
-the machine's temporary directory, named after the store id and the slot: the kernel
-frees it with the thread's descriptor, at its end or its process's, or when the thread
-has picked from ``STORES`` other stores since), and the slots are
-spread over the head as far apart as their number allows (``SPREAD``: 0, 8, 4, 12, 2,
+the machine's temporary directory, named after the store id and the slot, ``lockfiles.py``:
+freed, and its file removed, at the thread's end or its process's, or when the thread has
+picked from ``STORES`` other stores since; the kernel frees it if the process dies), and
+the slots are spread over the head as far apart as their number allows (``SPREAD``: 0, 8, 4, 12, 2,
 ...: four workers pick four places apart).  All places turn together, one place every
 ``ROTATE`` seconds of the wall clock: every place of a head is visited within ``SLOTS *
 ROTATE`` (no job waits on a place that nobody holds), while the pickers keep their
@@ -30,13 +30,14 @@ attempts with four) do not reach that.
 
 from __future__ import annotations
 
-import fcntl
+import atexit
 import os
 import random
-import tempfile
 import threading
 import time
 import weakref
+
+from . import lockfiles
 
 SLOTS = 16  # places in a head (pending.SAMPLE), and slots per store and machine
 SPREAD = (0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15)  # slot -> its place: far apart
@@ -50,23 +51,31 @@ _now = time.time  # (the wall clock: the same for every process of a machine)
 
 
 class _Slot:
-    """One slot held: the lock file's descriptor, closed (the slot freed) when dropped."""
+    """One slot held: the lock file's descriptor; dropped, the file is removed (a slot no
+    thread holds needs no file: the next taker makes it again) and the slot freed."""
 
-    __slots__ = ("fd", "number", "__weakref__")
+    __slots__ = ("fd", "path", "number", "__weakref__")
 
-    def __init__(self, fd: int, number: int):
-        self.fd, self.number = fd, number
+    def __init__(self, fd: int, path: str, number: int):
+        self.fd, self.path, self.number = fd, path, number
         _held.add(self)
 
-    def close(self, _close=os.close) -> None:  # (bound here: __del__ may run at exit)
+    def close(self, remove: bool = True, _remove=lockfiles.remove, _close=os.close) -> None:
+        """Free the slot; ``remove=False``: without removing its file or unlocking it (a
+        forked child's copy: the lock is the parent's).  (Bound: may run at exit.)"""
         fd, self.fd = self.fd, None
-        if fd is not None:
-            try:
-                _close(fd)
-            except OSError:
-                pass
+        if fd is None:
+            return
+        if remove:
+            _remove(fd, self.path)
+            return
+        try:
+            _close(fd)
+        except OSError:
+            pass
 
-    __del__ = close
+    def __del__(self):
+        self.close()
 
 
 class _Picker:
@@ -143,22 +152,17 @@ def _give_up(slot: _Slot | float) -> None:
 def _take_slot(store_id: bytes) -> _Slot | None:
     """The first free slot of ``store_id`` on this machine, locked by a descriptor of this
     thread's own (two threads of a process exclude each other too); None if none is."""
-    directory = os.path.join(tempfile.gettempdir(), "jobs-places")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError:
+    directory = lockfiles.directory("jobs-places")
+    if directory is None:
         return None
     for number in range(SLOTS):
+        path = os.path.join(directory, f"{store_id.hex()}-{number}")
         try:
-            fd = os.open(os.path.join(directory, f"{store_id.hex()}-{number}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = lockfiles.try_lock(path)
         except OSError:
             return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # (taken: BlockingIOError; or no locks here)
-            os.close(fd)
-            continue
-        return _Slot(fd, number)
+        if fd is not None:
+            return _Slot(fd, path, number)
     return None
 
 
@@ -167,10 +171,18 @@ def _after_fork_in_child() -> None:
     (the lock goes with the parent's), so that a child outliving its parent does not keep
     them; the child's threads take slots of their own, and draw their own base."""
     for slot in list(_held):
-        slot.close()
+        slot.close(remove=False)
     _held.clear()
     global _local
     _local = threading.local()
 
 
+def _give_up_all() -> None:
+    """At exit: every slot freed and its file removed (the main thread's may never be
+    collected)."""
+    for slot in list(_held):
+        slot.close()
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)  # (random reseeds itself first)
+atexit.register(_give_up_all)

@@ -5,7 +5,8 @@ accepts ran for each new job, one took it, and the others conflicted or found no
 (at a steady 200 jobs/s on 2 cores that cost more CPU than the jobs' own accepts).  Now
 the idle processors of a machine that serve the same types of the same store take
 turns: the one holding the *turn* (an exclusive ``flock`` on a file named after the store
-id and the types, in the machine's temporary directory) watches; the others look at the
+id and the types, in the machine's temporary directory, ``jobs/lockfiles.py``: a processor
+closing its turn removes the file if no one holds it) watches; the others look at the
 queue without a watch once every ``ACCEPT_SLICE`` (so a stuck holder delays jobs by
 that at most), and wait for the turn (a thread blocked on the lock).  The holder gives
 the turn up as soon as it takes jobs (unless it will have run them within a couple of
@@ -33,11 +34,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import tempfile
 import threading
 import time
 import weakref
 
+from jobs import lockfiles
 from jobs.engine.transactional import run
 from jobs.store_ids import store_id_future, store_id_of
 
@@ -45,12 +46,14 @@ _open_turns: "weakref.WeakSet[Turn]" = weakref.WeakSet()
 
 
 def lock_path(db, types) -> str | None:
-    """The turn's lock file for ``types`` of ``db``'s store, or None (no store id yet)."""
+    """The turn's lock file for ``types`` of ``db``'s store, or None (no store id yet, or
+    no lock directory to be had)."""
     store_id = run(db, lambda tr: store_id_of(store_id_future(tr)))
-    if store_id is None:
+    directory = None if store_id is None else lockfiles.directory("jobs-turns")
+    if directory is None:
         return None
     served = hashlib.sha256("\0".join(sorted(types)).encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), "jobs-turns", f"{store_id.hex()}-{served}")
+    return os.path.join(directory, f"{store_id.hex()}-{served}")
 
 
 class Turn:
@@ -61,12 +64,13 @@ class Turn:
 
     def __init__(self, path: str | None):
         self._lock = threading.Lock()
+        self._path = path
         self._fd: int | None = None
         self._alone = path is None or os.environ.get("JOBS_IDLE_TURNS", "on") == "off"
         if not self._alone:
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+                self._fd = lockfiles.open_file(path)
             except OSError:
                 self._alone = True
             else:
@@ -96,9 +100,14 @@ class Turn:
                 return True
             if self._closed or self._blocked:
                 return False  # (the waiting thread takes it when it comes)
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            for _ in range(lockfiles.TRIES):
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+                if lockfiles.current(self._fd, self._path) or not self._reopen():
+                    break
+            else:
                 return False
             self._held, self._wanted = True, False  # (a waiting thread not blocked yet waits on)
             self.taken += 1
@@ -169,12 +178,14 @@ class Turn:
                     self._wake_at = None
                 if self._closed:
                     self._waiter = None
-                    self._close_fd()
+                    self._close_fd(remove=True)
                     return
                 self._blocked = True  # (take() leaves the lock to this thread from here)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             with self._lock:
                 self._blocked = False
+                if not self._closed and not lockfiles.current(self._fd, self._path) and self._reopen():
+                    continue  # (a removed file's lock: wait for the path's new file's)
                 if not self._wanted or self._closed:  # (took jobs or stopped meanwhile: pass it on)
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
                     continue
@@ -206,17 +217,42 @@ class Turn:
             self._closed, self._wanted = True, False
             self._give_up()
             if not self._blocked:  # (else the waiting thread closes it once the lock comes)
-                self._close_fd()
+                self._close_fd(remove=True)
             self._ready.notify()  # (a waiting thread ends)
 
-    def _close_fd(self) -> None:
+    def _reopen(self) -> bool:
+        """(Under the lock, the descriptor not in a blocking ``flock``.)  The lock file was
+        removed (``lockfiles.py``): use the path's new file, closing the old one's
+        descriptor (its lock, if held here, excludes no one); False if it cannot be
+        opened (the old one is kept: its holders still exclude one another)."""
+        try:
+            fd = lockfiles.open_file(self._path)
+        except OSError:
+            return False
+        os.close(self._fd)
+        self._fd = fd
+        return True
+
+    def _close_fd(self, remove: bool = False) -> None:
+        """Close the descriptor; ``remove``: remove the file too if its lock is free (no
+        processor holds the turn, so none waits for it either)."""
         _open_turns.discard(self)
-        if self._fd is not None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        if remove:
             try:
-                os.close(self._fd)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 pass
-            self._fd = None
+            else:
+                if lockfiles.current(fd, self._path):
+                    lockfiles.remove(fd, self._path)
+                    return
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def _forget_in_child(self) -> None:
         """(In a forked child.)  The lock belongs to the parent: close the inherited

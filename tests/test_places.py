@@ -4,6 +4,8 @@ machine and store, places that turn with the clock, a place moved after many con
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -35,6 +37,13 @@ def _at(monkeypatch, step: int) -> None:
 def _placed(store: bytes) -> tuple[int, int | None]:
     """This thread's place in a head of ``store`` now, and the slot it holds for it."""
     return places.place(store), places.slot_of(store)
+
+
+def _files(store: bytes) -> list[str]:
+    """The slots of ``store`` whose lock files are on this machine."""
+    directory = os.path.join(tempfile.gettempdir(), "jobs-places")
+    prefix = store.hex() + "-"
+    return sorted(name[len(prefix):] for name in os.listdir(directory) if name.startswith(prefix))
 
 
 def _in_thread(fn):
@@ -82,6 +91,8 @@ def test_a_thread_keeps_the_slots_of_its_last_few_stores_only(monkeypatch):
         places.place(store)
     held = [places.slot_of(store) for store in stores]
     assert held == [None, None] + [0] * places.STORES
+    assert _files(stores[0]) == _files(stores[1]) == []  # (given up: no file left)
+    assert _files(stores[-1]) == ["0"]
     assert _in_thread(lambda: _placed(stores[0]))[1] == 0  # (freed)
     assert _in_thread(lambda: _placed(stores[-1]))[1] == 1
 
@@ -221,5 +232,18 @@ def test_a_forked_child_takes_a_slot_of_its_own_and_leaves_its_parents(monkeypat
     finally:
         os.close(read)
         os.waitpid(pid, 0)
-    assert places.slot_of(store) == 0
+    assert places.slot_of(store) == 0 and "0" in _files(store)  # (the parent's file is kept)
     assert _in_thread(lambda: _placed(store))[1] == 1  # (the child's freed)
+
+
+def test_a_slots_file_is_removed_when_its_thread_or_process_ends(tmp_path):
+    """Freed slots leave no lock files behind: a machine does not gather one for every
+    store its processes ever picked from."""
+    store = _store()
+    assert _in_thread(lambda: _placed(store))[1] == 0
+    assert _files(store) == []
+    script = ("import uuid, sys; from jobs import places; store = uuid.UUID(sys.argv[1]).bytes; "
+              "places.place(store); assert places.slot_of(store) == 0")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", script, str(uuid.UUID(bytes=store))], env=env, check=True, timeout=60)
+    assert _files(store) == []

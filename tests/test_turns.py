@@ -328,6 +328,41 @@ def test_closing_gives_the_turn_up_and_refuses_it_after(path):
     second.close()
 
 
+def test_closing_the_turns_removes_their_lock_file_and_a_remaining_one_makes_it_again(path):
+    """A processor closing its turn removes the lock file when no one holds it (a machine
+    does not gather a file for every store and types ever served).  A processor still
+    open takes the path's new file at its next take, and excludes newcomers there."""
+    first, second = Turn(path), Turn(path)
+    assert first.take()
+    first.close()
+    assert not os.path.exists(path)
+    assert second.take() and os.path.exists(path)
+    third = Turn(path)
+    assert not third.take()
+    second.close()
+    assert third.take()
+    third.close()
+    assert not os.path.exists(path)
+
+
+def test_a_waiter_given_a_removed_files_lock_waits_for_the_paths_new_file(path):
+    """The file is removed under a holder (a cleaner of the temporary directory): its
+    waiter, given the removed file's lock, takes the path's new file's, which excludes
+    a newcomer."""
+    holder, waiter = Turn(path), Turn(path)
+    assert holder.take()
+    came = threading.Event()
+    waiter.wait(came)
+    os.unlink(path)
+    holder.release()
+    assert came.wait(DEADLINE) and waiter.held
+    assert os.path.exists(path)
+    newcomer = Turn(path)
+    assert not newcomer.take()
+    for turn in (holder, waiter, newcomer):
+        turn.close()
+
+
 def test_without_a_lock_file_every_processor_holds_its_own_turn(tmp_path):
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("")
