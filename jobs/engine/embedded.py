@@ -42,6 +42,7 @@ This module names the engine's parts and exports what users open:
 ``options.py``     ``tr.options``
 ``watches.py``     armed watches and the thread that fires them
 ``checkpoints.py`` WAL checkpoints on a thread of their own
+``memory_dirs.py`` the directories of ``memory:`` stores: removed at close, or once unowned
 =================  ==========================================================================
 
 Several OS processes share the file: writers serialise on an ``flock`` (woken by the kernel,

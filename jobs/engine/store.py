@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 import weakref
 
-from . import errors as E
+from . import errors as E, memory_dirs
 from .atomic import sql_atomic
 from .checkpoints import Checkpointer
 from .errors import FDBError, StoreFileError
@@ -74,15 +72,14 @@ class EmbeddedDatabase:
     commit durable against power loss, not only against process crashes."""
 
     def __init__(self, path=None, *, memory: bool = False, create: bool = True, sync: str = "normal"):
-        self._tmpdir = None
-        if memory:
-            base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-            self._tmpdir = tempfile.mkdtemp(prefix="jobs-memory-", dir=base)
+        if sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', not {sync!r}")
+        self._tmpdir = self._owner_fd = None
+        if memory:  # (a directory of its own, removed at close, or by a sweep once unowned)
+            self._tmpdir, self._owner_fd = memory_dirs.make()
             path = os.path.join(self._tmpdir, "store.sqlite")
         if path is None:
             raise ValueError("EmbeddedDatabase needs a path (or memory=True)")
-        if sync not in ("normal", "full"):
-            raise ValueError(f"sync must be 'normal' or 'full', not {sync!r}")
         self.path = os.fspath(path)
         self.memory = memory
         self._sync = sync.upper()
@@ -323,7 +320,8 @@ class EmbeddedDatabase:
         if self._history is not None:
             self._history.close()
         if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            memory_dirs.remove(self._tmpdir, self._owner_fd)
+            self._owner_fd = None
 
     def __enter__(self) -> "EmbeddedDatabase":
         return self

@@ -1,0 +1,111 @@
+"""The directories of ``memory:`` stores (``EmbeddedDatabase(memory=True)``), in RAM under
+/dev/shm where it can be written.
+
+A memory store's directory is removed by its ``close``.  A process that exits without
+closing it (killed, a forked child ending with ``os._exit``, a script that never closes)
+would leave it for good: RAM lost until the machine restarts (over a hundred such
+directories had gathered here after a few days of test runs).  So each directory holds
+an *owner* file whose lock (shared) its process holds, with the children it forks (they
+share the descriptor, and may use the store), and the next process that makes a memory
+store removes the directories whose owners have all gone (:func:`sweep`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+PREFIX = "jobs-memory-"
+OWNER = "owner"  # the file whose lock the store's processes hold
+YOUNG = 60.0  # seconds: a directory this new may not have its owner's lock yet
+UNOWNED_AGE = 86400.0  # seconds unchanged before a directory without an owner file goes
+SWEEP_EVERY = 600.0  # seconds between one process's sweeps
+
+_swept = [float("-inf")]  # when this process last swept (monotonic)
+_sweeping = threading.Lock()
+
+
+def base() -> str:
+    """Where memory stores' directories are made: /dev/shm (RAM) if writable."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def make() -> tuple[str, int]:
+    """A new directory for a memory store, and the descriptor holding its owner lock
+    (sweeping the others first if this process has not lately)."""
+    where = base()
+    _sweep_now_and_then(where)
+    path = tempfile.mkdtemp(prefix=PREFIX, dir=where)
+    try:
+        fd = os.open(os.path.join(path, OWNER), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return path, fd
+
+
+def remove(path: str, fd: int | None) -> None:
+    """Remove a memory store's directory (its ``close``), then let its owner lock go."""
+    shutil.rmtree(path, ignore_errors=True)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def sweep(where: str | None = None) -> int:
+    """Remove the memory stores' directories in ``where`` (:func:`base`) whose owners all
+    ended without closing them, and those without an owner file (an earlier release's)
+    unchanged for ``UNOWNED_AGE``; how many were removed."""
+    where = base() if where is None else where
+    removed, now = 0, time.time()
+    try:
+        entries = [e for e in os.scandir(where) if e.name.startswith(PREFIX)]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or now - entry.stat(follow_symlinks=False).st_mtime < YOUNG:
+                continue
+            fd = os.open(os.path.join(entry.path, OWNER), os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if _unchanged_for(entry.path, now) > UNOWNED_AGE:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed += 1
+            continue
+        except OSError:  # (another user's, or gone meanwhile)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # (an owner lives)
+            os.close(fd)
+            continue
+        remove(entry.path, fd)
+        removed += 1
+    return removed
+
+
+def _unchanged_for(path: str, now: float) -> float:
+    """Seconds since ``path`` or a file in it last changed (0 if it cannot be read)."""
+    try:
+        newest = os.stat(path).st_mtime
+        for entry in os.scandir(path):
+            newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    except OSError:
+        return 0.0
+    return now - newest
+
+
+def _sweep_now_and_then(where: str) -> None:
+    now = time.monotonic()
+    with _sweeping:
+        if now - _swept[0] < SWEEP_EVERY:
+            return
+        _swept[0] = now
+    sweep(where)
