@@ -215,3 +215,12 @@ def test_cold_bench_refuses_bad_gaps():
     p = subprocess.run([sys.executable, "-m", "bench.cold", "--gaps", "0,-1"], cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "none negative" in p.stderr
+
+
+def test_soak_samples_what_the_worker_process_holds(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench.soak", "--jobs", "300", "--every", "100", "--dir", str(tmp_path)],
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    samples = json.loads(p.stdout)["samples"]
+    assert [s["jobs"] for s in samples] == [100, 200, 300]
+    assert all(s["rss_kb"] > 0 and s["threads"] >= 1 and s["fds"] > 0 and s["store_bytes"] > 0 for s in samples)
