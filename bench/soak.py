@@ -2,7 +2,8 @@
 threads and file descriptors, and the store's size on disk, every ``--every`` jobs, with
 a producer adding as the queue drains, and the activity monitor and retention on (finished
 jobs pruned after a second), as a long-running deployment has them.  A leak shows as
-growth after the first samples (SQLite's page caches fill first, up to their bound).
+growth after the first samples (SQLite's page caches fill first, up to their bound), or
+as Python objects that keep adding up.
 
     python -m bench.soak [--jobs 1000000] [--every 100000] [--prefetch 32] [--dir DIR]
 """
@@ -10,6 +11,7 @@ growth after the first samples (SQLite's page caches fill first, up to their bou
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -26,10 +28,12 @@ BACKLOG = 5000  # pending jobs the producer keeps at most
 
 
 def _held() -> dict:
-    """This process's resident memory (KB), threads and open descriptors now."""
+    """This process's resident memory (KB), Python objects the collector tracks, threads
+    and open descriptors now."""
     with open("/proc/self/statm") as f:
         rss_kb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-    return {"rss_kb": rss_kb, "threads": threading.active_count(), "fds": len(os.listdir("/proc/self/fd"))}
+    return {"rss_kb": rss_kb, "objects": len(gc.get_objects()), "threads": threading.active_count(),
+            "fds": len(os.listdir("/proc/self/fd"))}
 
 
 def _store_bytes(path: str) -> int:
@@ -83,7 +87,8 @@ def main(argv=None) -> int:
     samples = soak(os.path.join(directory, "soak.sqlite"), args.jobs, args.every, args.prefetch)
     first, last = samples[0], samples[-1]
     print(f"{last['jobs']:,} jobs in {last['seconds']} s: resident {first['rss_kb']:,} KB after "
-          f"{first['jobs']:,} jobs, {last['rss_kb']:,} KB at the end; threads {first['threads']} -> "
+          f"{first['jobs']:,} jobs, {last['rss_kb']:,} KB at the end; Python objects {first['objects']:,} -> "
+          f"{last['objects']:,}; threads {first['threads']} -> "
           f"{last['threads']}, descriptors {first['fds']} -> {last['fds']}; store {first['store_bytes']:,} -> "
           f"{last['store_bytes']:,} bytes", file=sys.stderr)
     print(json.dumps({"jobs": args.jobs, "prefetch": args.prefetch, "samples": samples}))

@@ -10,7 +10,8 @@ min(1.5 T, T + 1 s) after its last update (couch_jobs' single remembered stamp g
 harmless: re-enqueueing is a transaction that re-checks each job's lock.
 
 Each pass also removes finished jobs kept longer than their type's retention, a bounded
-amount per pass (``retention.py``).
+amount per pass (``retention.py``); while it leaves some due, passes come at the shortest
+interval, so that retention keeps up with any rate jobs finish at.
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ class ActivityMonitor:
             self._batch.full()
 
     def interval(self) -> float:
-        """Seconds between passes: a fraction of the shortest type timeout."""
+        """Seconds between passes: a fraction of the shortest type timeout; the shortest
+        while retention is behind (finished jobs due for removal are left)."""
+        if self.pruner.behind:
+            return MIN_INTERVAL
         timeouts = [t for t, _s in self._samples.values()]
         if not timeouts:
             return IDLE_INTERVAL

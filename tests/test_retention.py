@@ -19,6 +19,7 @@ from jobs import finished, keys, pruning
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
 from monitor import ActivityMonitor
+from monitor.activity import MAX_INTERVAL, MIN_INTERVAL
 
 from stored import age_finished, indexed, snapshot
 from waiting import wait_until
@@ -204,6 +205,29 @@ def test_a_monitor_pass_prunes_in_bounded_batches(db, monkeypatch):
     monitor.check()
     assert monitor.pruner.removed == 250 and job_ids(db) == set()
     assert batches and max(batches) <= pruning.BATCH  # per transaction
+
+
+def test_a_monitor_behind_on_retention_prunes_at_every_pass_and_comes_back_sooner(db):
+    """A pass that leaves jobs due (a type finishing jobs faster than one bounded pass a
+    second removes) does not wait the pruning interval, and the monitor's next pass comes
+    at the shortest interval, until retention has caught up."""
+    jobs.set_retention(db, T, finished=60)
+    run_jobs(db, [f"j{i:03}" for i in range(250)])
+    age_finished(db, T, [f"j{i:03}" for i in range(250)], 120)
+    monitor = ActivityMonitor(db)
+    monitor.pruner.per_pass = 100
+    monitor.pruner.interval = 3600.0  # (a running monitor's is a second: none would come here)
+    monitor.check()
+    assert monitor.pruner.removed == 100 and monitor.pruner.behind
+    assert monitor.interval() == MIN_INTERVAL
+    monitor.check()
+    monitor.check()
+    assert monitor.pruner.removed == 250 and job_ids(db) == set()
+    assert not monitor.pruner.behind and monitor.interval() == MAX_INTERVAL
+    run_jobs(db, ["late"])
+    age_finished(db, T, ["late"], 120)
+    monitor.check()  # (caught up: the interval applies again)
+    assert monitor.pruner.removed == 250 and job_ids(db) == {"late"}
 
 
 def test_two_monitors_prune_each_job_once(db):
