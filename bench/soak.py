@@ -28,11 +28,13 @@ BACKLOG = 5000  # pending jobs the producer keeps at most
 
 
 def _held() -> dict:
-    """This process's resident memory (KB), Python objects the collector tracks, threads
-    and open descriptors now."""
-    with open("/proc/self/statm") as f:
-        rss_kb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-    return {"rss_kb": rss_kb, "objects": len(gc.get_objects()), "threads": threading.active_count(),
+    """This process's resident memory (KB; anonymous apart: the rest are pages of mapped
+    files, such as the store's commit history), Python objects the collector tracks,
+    threads and open descriptors now."""
+    with open("/proc/self/status") as f:  # (resident: anonymous, and pages of mapped files)
+        kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k.startswith("Rss")}
+    return {"rss_kb": kb["RssAnon"] + kb["RssFile"] + kb["RssShmem"], "anon_kb": kb["RssAnon"],
+            "objects": len(gc.get_objects()), "threads": threading.active_count(),
             "fds": len(os.listdir("/proc/self/fd"))}
 
 
@@ -87,7 +89,8 @@ def main(argv=None) -> int:
     samples = soak(os.path.join(directory, "soak.sqlite"), args.jobs, args.every, args.prefetch)
     first, last = samples[0], samples[-1]
     print(f"{last['jobs']:,} jobs in {last['seconds']} s: resident {first['rss_kb']:,} KB after "
-          f"{first['jobs']:,} jobs, {last['rss_kb']:,} KB at the end; Python objects {first['objects']:,} -> "
+          f"{first['jobs']:,} jobs ({first['anon_kb']:,} anonymous), {last['rss_kb']:,} KB at the end "
+          f"({last['anon_kb']:,}); Python objects {first['objects']:,} -> "
           f"{last['objects']:,}; threads {first['threads']} -> "
           f"{last['threads']}, descriptors {first['fds']} -> {last['fds']}; store {first['store_bytes']:,} -> "
           f"{last['store_bytes']:,} bytes", file=sys.stderr)

@@ -11,8 +11,8 @@ So the threads of one machine that pick from a store each hold a *slot* (a lock 
 the machine's temporary directory, named after the store id and the slot, ``lockfiles.py``:
 freed, and its file removed, at the thread's end or its process's, or when the thread has
 picked from ``STORES`` other stores since; the kernel frees it if the process dies), and
-the slots are spread over the head as far apart as their number allows (``SPREAD``: 0, 8, 4, 12, 2,
-...: four workers pick four places apart).  All places turn together, one place every
+the slots are spread over the head as far apart as their number allows (``SPREAD``: 0,
+8, 4, 12, 2, ...: four workers pick four places apart).  All places turn together, one place every
 ``ROTATE`` seconds of the wall clock: every place of a head is visited within ``SLOTS *
 ROTATE`` (no job waits on a place that nobody holds), while the pickers keep their
 distances.  At the end of each turn they move one place more: a picker taking one job a
