@@ -5,7 +5,10 @@ jobs pruned after a second), as a long-running deployment has them.  A leak show
 growth after the first samples (SQLite's page caches fill first, up to their bound), or
 as Python objects that keep adding up.
 
-    python -m bench.soak [--jobs 1000000] [--every 100000] [--prefetch 32] [--dir DIR]
+    python -m bench.soak [--jobs 1000000] [--every 100000] [--prefetch 32] [--processes 1] [--dir DIR]
+
+With ``--processes N``, N worker processes share the store (samples are of the first):
+every processor's monitor prunes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -42,25 +46,21 @@ def _store_bytes(path: str) -> int:
     return sum(os.path.getsize(path + suffix) for suffix in ("", "-wal") if os.path.exists(path + suffix))
 
 
-def soak(path: str, n: int, every: int, prefetch: int, concurrency: int = 2) -> list[dict]:
-    """Run ``n`` no-op jobs through one processor on the store file ``path``; a sample
-    (:func:`_held`, the jobs run, the store's bytes, seconds) every ``every`` jobs."""
+def soak(path: str, n: int, every: int, prefetch: int, processes: int = 1, concurrency: int = 2) -> list[dict]:
+    """Run ``n`` no-op jobs through ``processes`` worker processes (this one and forked
+    children), each one processor with its monitor, on the store file ``path``; a sample
+    of this process (:func:`_held`, the store's bytes, seconds) as the jobs run pass each
+    multiple of ``every`` (looked at ten times a second)."""
     db = jobs.open("sqlite:" + path)
     jobs.set_type_timeout(db, TYPE, 60)
     jobs.set_retention(db, TYPE, finished=1, failed=1)
-    p = processors.Processor(db, grace=1, prefetch=prefetch)
-    samples, ran, began, done = [], [0], time.monotonic(), threading.Event()
-
-    @p.handler(TYPE)
-    def noop(ctx):
-        ran[0] += 1
-        if ran[0] % every == 0 or ran[0] == n:
-            samples.append({"jobs": ran[0], **_held(), "store_bytes": _store_bytes(path),
-                            "seconds": round(time.monotonic() - began, 1)})
-            print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
-        if ran[0] == n:
-            done.set()
-            p.stop()
+    forked = multiprocessing.get_context("fork")
+    ran, done = forked.Value("q", 0), forked.Event()
+    children = [forked.Process(target=_work, args=(path, n, prefetch, concurrency, ran, done), daemon=True)
+                for _ in range(processes - 1)]
+    for child in children:  # (before this process starts threads)
+        child.start()
+    samples, began = [], time.monotonic()
 
     def produce():
         for start in range(0, n, CHUNK):
@@ -68,12 +68,41 @@ def soak(path: str, n: int, every: int, prefetch: int, concurrency: int = 2) -> 
                 pass
             jobs.add_many(db, TYPE, [f"j{i:09d}" for i in range(start, min(n, start + CHUNK))])
 
-    producer = threading.Thread(target=produce, name="soak-producer", daemon=True)
-    producer.start()
-    p.run(concurrency, signals=False)
-    producer.join(60)
+    def sample():
+        for due in [*range(every, n, every), n]:
+            while ran.value < due:
+                time.sleep(0.1)
+            samples.append({"jobs": due, **_held(), "store_bytes": _store_bytes(path),
+                            "seconds": round(time.monotonic() - began, 1)})
+            print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=fn, name=f"soak-{fn.__name__}", daemon=True) for fn in (produce, sample)]
+    for thread in threads:
+        thread.start()
+    _work(path, n, prefetch, concurrency, ran, done)
+    for thread in threads:
+        thread.join(60)
+    for child in children:
+        child.join(60)
     db.close()
     return samples
+
+
+def _work(path: str, n: int, prefetch: int, concurrency: int, ran, done) -> None:
+    """One worker process's processor, until ``ran`` (shared) counts ``n`` jobs."""
+    with jobs.open("sqlite:" + path) as db:
+        p = processors.Processor(db, grace=1, prefetch=prefetch)
+
+        @p.handler(TYPE)
+        def noop(ctx):
+            with ran.get_lock():
+                ran.value += 1
+                last = ran.value == n
+            if last:
+                done.set()
+
+        threading.Thread(target=lambda: (done.wait(), p.stop()), name="soak-stop", daemon=True).start()
+        p.run(concurrency, signals=False)
 
 
 def main(argv=None) -> int:
@@ -81,12 +110,13 @@ def main(argv=None) -> int:
     a.add_argument("--jobs", type=int, default=1_000_000)
     a.add_argument("--every", type=int, default=100_000)
     a.add_argument("--prefetch", type=int, default=32)
+    a.add_argument("--processes", type=int, default=1)
     a.add_argument("--dir", default=None)
     args = a.parse_args(argv)
-    if args.jobs < 1 or args.every < 1:
-        a.error("--jobs and --every must be at least 1")
+    if min(args.jobs, args.every, args.processes) < 1:
+        a.error("--jobs, --every and --processes must be at least 1")
     directory = args.dir or tempfile.mkdtemp(prefix="bench-soak-")
-    samples = soak(os.path.join(directory, "soak.sqlite"), args.jobs, args.every, args.prefetch)
+    samples = soak(os.path.join(directory, "soak.sqlite"), args.jobs, args.every, args.prefetch, args.processes)
     first, last = samples[0], samples[-1]
     print(f"{last['jobs']:,} jobs in {last['seconds']} s: resident {first['rss_kb']:,} KB after "
           f"{first['jobs']:,} jobs ({first['anon_kb']:,} anonymous), {last['rss_kb']:,} KB at the end "
@@ -94,7 +124,7 @@ def main(argv=None) -> int:
           f"{last['objects']:,}; threads {first['threads']} -> "
           f"{last['threads']}, descriptors {first['fds']} -> {last['fds']}; store {first['store_bytes']:,} -> "
           f"{last['store_bytes']:,} bytes", file=sys.stderr)
-    print(json.dumps({"jobs": args.jobs, "prefetch": args.prefetch, "samples": samples}))
+    print(json.dumps({"jobs": args.jobs, "prefetch": args.prefetch, "processes": args.processes, "samples": samples}))
     return 0
 
 
