@@ -3,7 +3,7 @@ threads and file descriptors, and the store's size on disk, every ``--every`` jo
 a producer adding as the queue drains, and the activity monitor and retention on (finished
 jobs pruned after a second), as a long-running deployment has them.  A leak shows as
 growth after the first samples (SQLite's page caches fill first, up to their bound), or
-as Python objects that keep adding up.
+as Python objects or allocated blocks that keep adding up.
 
     python -m bench.soak [--jobs 1000000] [--every 100000] [--prefetch 32] [--processes 1] [--dir DIR]
 
@@ -33,12 +33,13 @@ BACKLOG = 5000  # pending jobs the producer keeps at most
 
 def _held() -> dict:
     """This process's resident memory (KB; anonymous apart: the rest are pages of mapped
-    files, such as the store's commit history), Python objects the collector tracks,
-    threads and open descriptors now."""
+    files, such as the store's commit history), Python objects the collector tracks and
+    memory blocks Python has allocated (objects of any kind, and their buffers), threads and
+    open descriptors now."""
     with open("/proc/self/status") as f:  # (resident: anonymous, and pages of mapped files)
         kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k.startswith("Rss")}
     return {"rss_kb": kb["RssAnon"] + kb["RssFile"] + kb["RssShmem"], "anon_kb": kb["RssAnon"],
-            "objects": len(gc.get_objects()), "threads": threading.active_count(),
+            "objects": len(gc.get_objects()), "blocks": sys.getallocatedblocks(), "threads": threading.active_count(),
             "fds": len(os.listdir("/proc/self/fd"))}
 
 
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
     print(f"{last['jobs']:,} jobs in {last['seconds']} s: resident {first['rss_kb']:,} KB after "
           f"{first['jobs']:,} jobs ({first['anon_kb']:,} anonymous), {last['rss_kb']:,} KB at the end "
           f"({last['anon_kb']:,}); Python objects {first['objects']:,} -> "
-          f"{last['objects']:,}; threads {first['threads']} -> "
+          f"{last['objects']:,}, blocks {first['blocks']:,} -> {last['blocks']:,}; threads {first['threads']} -> "
           f"{last['threads']}, descriptors {first['fds']} -> {last['fds']}; store {first['store_bytes']:,} -> "
           f"{last['store_bytes']:,} bytes", file=sys.stderr)
     print(json.dumps({"jobs": args.jobs, "prefetch": args.prefetch, "processes": args.processes, "samples": samples}))
