@@ -2,8 +2,9 @@
 remove finished jobs kept longer than it, oldest first, in bounded amounts so that one pass
 never holds the monitor up, however many jobs are due (the rest go at the next passes).
 
-A pass that leaves jobs due behind (``behind``) lets the next pass prune at once, and the
-monitor comes back sooner: a bound per pass once a second alone removed 1,000 jobs a second
+A pass that leaves jobs due behind (``behind``) lets the next pass prune at once, and
+``CATCH_UP`` times as many (for ``PASS_SECONDS`` at most), and the monitor comes back
+sooner: a bound per pass once a second alone removed 1,000 jobs a second
 at most, so a type finishing more than that for good grew without end (``bench.soak``: 753,000
 of a million jobs kept, with a retention of one second).
 
@@ -24,6 +25,9 @@ from jobs.finished import KINDS, backfill
 from jobs.retention import retentions
 
 PER_PASS = 1_000  # jobs of one kind of one type removed per pass, at most
+CATCH_UP = 5  # times PER_PASS a pass removes while the last one left jobs due
+PASS_SECONDS = 0.5  # a pass that has pruned this long stops after its batch (re-enqueues wait)
+_clock = time.monotonic
 
 
 class Pruner:
@@ -41,9 +45,11 @@ class Pruner:
     def prune(self) -> int:
         """One pass (none if the last was less than ``interval`` ago, unless it left jobs
         due behind); returns how many jobs it removed."""
-        if time.monotonic() < self._next and not self.behind:
+        if _clock() < self._next and not self.behind:
             return 0
-        self._next = time.monotonic() + self.interval
+        began = _clock()
+        self._next = began + self.interval
+        bound = self.per_pass * (CATCH_UP if self.behind else 1)
         periods = run(self.db, retentions)
         total, behind = 0, False
         for type, retention in sorted(periods.items()):
@@ -54,19 +60,22 @@ class Pruner:
             for kind in KINDS:
                 period = retention.period(kind)
                 if period is not None:
-                    done, more = self._prune_kind(type, kind, now - period)
+                    done, more = self._prune_kind(type, kind, now - period, bound, began + PASS_SECONDS)
                     total, behind = total + done, behind or more
         self.removed += total
         self.behind = behind
         return total
 
-    def _prune_kind(self, type: str, kind: str, up_to: float) -> tuple[int, bool]:
-        """At most ``per_pass`` jobs, in at most that many entries looked at (stale entries,
-        left by jobs changed since, are dropped and count against the bound too); how many
-        were removed, and whether more may be due."""
+    def _prune_kind(self, type: str, kind: str, up_to: float, bound: int, until: float) -> tuple[int, bool]:
+        """At most ``bound`` jobs, in at most that many entries looked at (stale entries,
+        left by jobs changed since, are dropped and count against the bound too), and no
+        batch begun after ``until`` (monotonic); how many were removed, and whether more
+        may be due."""
         done, more = 0, False
-        for start in range(0, self.per_pass, self.batch):
-            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, self.per_pass - start))
+        for start in range(0, bound, self.batch):
+            if start and _clock() >= until:
+                break
+            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start))
             done += len(ids)
             if not more:
                 break

@@ -19,6 +19,7 @@ from jobs import finished, keys, pruning
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
 from monitor import ActivityMonitor
+from monitor import retention as retention_pass
 from monitor.activity import MAX_INTERVAL, MIN_INTERVAL
 
 from stored import age_finished, indexed, snapshot
@@ -220,14 +221,32 @@ def test_a_monitor_behind_on_retention_prunes_at_every_pass_and_comes_back_soone
     monitor.check()
     assert monitor.pruner.removed == 100 and monitor.pruner.behind
     assert monitor.interval() == MIN_INTERVAL
-    monitor.check()
-    monitor.check()
+    monitor.check()  # (up to CATCH_UP times as many)
     assert monitor.pruner.removed == 250 and job_ids(db) == set()
     assert not monitor.pruner.behind and monitor.interval() == MAX_INTERVAL
     run_jobs(db, ["late"])
     age_finished(db, T, ["late"], 120)
     monitor.check()  # (caught up: the interval applies again)
     assert monitor.pruner.removed == 250 and job_ids(db) == {"late"}
+
+
+def test_a_pass_catching_up_stops_after_its_time(db, monkeypatch):
+    """A pass begins no batch after PASS_SECONDS (the monitor's re-enqueues wait for it),
+    however many jobs its bound allows; it is behind, and the next pass goes on."""
+    jobs.set_retention(db, T, finished=60)
+    run_jobs(db, [f"j{i:03}" for i in range(250)])
+    age_finished(db, T, [f"j{i:03}" for i in range(250)], 120)
+    now = [0.0]
+
+    def clock():  # (each look at the clock: a second later)
+        now[0] += 1.0
+        return now[0]
+
+    monkeypatch.setattr(retention_pass, "_clock", clock)
+    pruner = retention_pass.Pruner(db, batch=50)
+    assert retention_pass.PASS_SECONDS < 1.0
+    assert pruner.prune() == 50 and pruner.behind  # (one batch, then its time was up)
+    assert pruner.prune() == 50 and len(job_ids(db)) == 150
 
 
 def test_two_monitors_prune_each_job_once(db):
