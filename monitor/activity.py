@@ -11,7 +11,7 @@ harmless: re-enqueueing is a transaction that re-checks each job's lock.
 
 Each pass also removes finished jobs kept longer than their type's retention, a bounded
 amount per pass (``retention.py``); while it leaves some due, passes come at the shortest
-interval, so that retention keeps up with any rate jobs finish at.
+interval, so that retention catches up.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 remove finished jobs kept longer than it, oldest first, in bounded amounts so that one pass
 never holds the monitor up, however many jobs are due (the rest go at the next passes).
 
-A pass that leaves jobs due behind (``behind``) lets the next pass prune at once, and
-``CATCH_UP`` times as many (for ``PASS_SECONDS`` at most), and the monitor comes back
-sooner: a bound per pass once a second alone removed 1,000 jobs a second
-at most, so a type finishing more than that for good grew without end (``bench.soak``: 753,000
-of a million jobs kept, with a retention of one second).
+A pass that leaves jobs due (``behind``) lets the next pass prune at once, up to
+``CATCH_UP`` times as many jobs (for ``PASS_SECONDS`` at most), and the monitor comes back
+sooner.  A bound per pass once a second alone removed 1,000 jobs a second at most, so a
+type finishing more than that for good grew without end (``bench.soak``: 753,000 of a
+million jobs kept, with a retention of one second).
 
 Each pass per type: one page of the backfill (jobs finished before the type had a
 retention, or before the index existed) until the store records it done (then one read),
