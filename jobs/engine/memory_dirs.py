@@ -45,7 +45,10 @@ def make() -> tuple[str, int]:
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
         raise
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:  # (a file system without locks: no sweep can take it either)
+        pass
     return path, fd
 
 
