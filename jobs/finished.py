@@ -72,15 +72,24 @@ def leave(tr, type: str, job_id: str) -> None:
         tr.clear(keys.finished_job_key(type, job_id))
 
 
-def oldest(tr, type: str, kind: str, up_to: float, limit: int) -> list[tuple[bytes, float, str]]:
+def oldest(tr, type: str, kind: str, up_to: float, limit: int, since: float | None = None) -> list[tuple[bytes, float, str]]:
     """``(key, at, job_id)`` of up to ``limit`` entries of ``kind`` finished at or before
-    ``up_to``, oldest first (a snapshot read: the caller re-reads each job)."""
-    begin, end = keys.finished_range(type, kind, up_to)
+    ``up_to`` (and at or after ``since``), oldest first (a snapshot read: the caller
+    re-reads each job)."""
+    begin, end = keys.finished_range(type, kind, up_to, since)
     out = []
     for key, _value in tr.snapshot.get_range(begin, end, limit=limit):
         _type, _kind, at, job_id = keys.unpack_finished(key)
         out.append((bytes(key), at, job_id))
     return out
+
+
+def due_span(tr, type: str, kind: str, up_to: float) -> tuple[float, float] | None:
+    """``(oldest, newest)`` At of the entries of ``kind`` finished at or before ``up_to``,
+    or None if there are none (snapshot reads)."""
+    begin, end = keys.finished_range(type, kind, up_to)
+    ends = [list(tr.snapshot.get_range(begin, end, limit=1, reverse=reverse)) for reverse in (False, True)]
+    return None if not ends[0] else tuple(keys.unpack_finished(found[0].key)[2] for found in ends)
 
 
 # --- jobs finished before the index existed ----------------------------------------------

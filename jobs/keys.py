@@ -320,9 +320,11 @@ def finished_key(type: str, kind: str, at: float, job_id: str) -> bytes:
     return FINISHED.pack((type, kind, at, job_id))
 
 
-def finished_range(type: str, kind: str, up_to: float) -> tuple[bytes, bytes]:
-    """The ``finished`` entries of ``type`` and ``kind`` whose At is at or before ``up_to``."""
-    return FINISHED[type][kind].range().start, strinc(FINISHED.pack((type, kind, float(up_to))))
+def finished_range(type: str, kind: str, up_to: float, since: float | None = None) -> tuple[bytes, bytes]:
+    """The ``finished`` entries of ``type`` and ``kind`` whose At is at or before ``up_to``
+    (and at or after ``since``)."""
+    begin = FINISHED[type][kind].range().start if since is None else FINISHED.pack((type, kind, float(since)))
+    return begin, strinc(FINISHED.pack((type, kind, float(up_to))))
 
 
 def unpack_finished(key: bytes) -> tuple[str, str, float, str]:

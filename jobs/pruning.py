@@ -22,13 +22,14 @@ BATCH = 100  # jobs removed per transaction (each removal clears a handful of ke
 BACKFILL_PAGE = 500  # rows looked at per backfill transaction
 
 
-def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH) -> tuple[list[str], bool]:
+def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None) -> tuple[list[str], bool]:
     """Remove up to ``limit`` jobs of ``kind`` (``"finished"`` or ``"failed"``) that
-    finished at or before ``up_to`` (seconds since the epoch), with all their keys.
+    finished at or before ``up_to`` (seconds since the epoch; and at or after ``since``,
+    if given), oldest first, with all their keys.
     Returns ``(removed ids, more)``, ``more`` when the batch was full.  Each job is re-read:
     one that changed since it was indexed is left alone (its stale entry dropped), so
     several pruners, and retries, only remove what is still finished and old."""
-    entries = finished_index.oldest(tr, type, kind, up_to, limit)
+    entries = finished_index.oldest(tr, type, kind, up_to, limit, since)
     # every job's row and pointer read at once (one round trip on FoundationDB, not 2 x 100)
     reads = [(tr.get(keys.data_key(type, job_id)), finished_index.entry_future(tr, type, job_id))
              for _key, _at, job_id in entries]
@@ -43,7 +44,7 @@ def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH) -> t
     return removed, len(entries) == limit
 
 
-def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH) -> tuple[list[str], bool]:
+def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None) -> tuple[list[str], bool]:
     """:func:`prune_batch` in a transaction of its own, retried.  After a commit whose
     result is unknown (1021), a retry that finds every job that attempt removed gone
     reports them as removed (by it, or by another pruner just then: gone either way);
@@ -56,7 +57,7 @@ def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH) -> tu
             try:
                 if unknown is not None and not any(_indexed(tr, type, job_id) for job_id in unknown[0]):
                     return unknown
-                out = prune_batch(tr, type, kind, up_to, limit)
+                out = prune_batch(tr, type, kind, up_to, limit, since)
                 tr.commit().wait()
                 return out
             except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below

@@ -17,8 +17,10 @@ once: each removal re-reads its job, so a job is removed once and nothing else i
 
 from __future__ import annotations
 
+import random
 import time
 
+from jobs import finished as finished_index
 from jobs import pruning
 from jobs.engine.transactional import run
 from jobs.finished import KINDS, backfill
@@ -28,6 +30,7 @@ PER_PASS = 1_000  # jobs of one kind of one type removed per pass, at most
 CATCH_UP = 5  # times PER_PASS a pass removes while the last one left jobs due
 PASS_SECONDS = 0.5  # a pass that has pruned this long stops after its batch (re-enqueues wait)
 _clock = time.monotonic
+_random = random.random
 
 
 class Pruner:
@@ -70,13 +73,26 @@ class Pruner:
         """At most ``bound`` jobs, in at most that many entries looked at (stale entries,
         left by jobs changed since, are dropped and count against the bound too), and no
         batch begun after ``until`` (monotonic); how many were removed, and whether more
-        may be due."""
-        done, more = 0, False
-        for start in range(0, bound, self.batch):
-            if start and _clock() >= until:
-                break
-            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start))
+        may be due.  Catching up (``behind``), each batch starts at a random point among
+        the due entries: monitors that all took the oldest ones would conflict, and one
+        that followed another's batches would catch it up and conflict from then on."""
+        done, start, from_oldest = 0, 0, not self.behind
+        while start < bound:
+            since = None if from_oldest else self._spread(type, kind, up_to)
+            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start), since)
             done += len(ids)
             if not more:
+                if since is None:
+                    return done, False
+                start += len(ids)  # (a short batch from a random point: the older entries next, at once)
+                from_oldest = True
+                continue
+            start, from_oldest = start + self.batch, not self.behind
+            if _clock() >= until:
                 break
-        return done, more
+        return done, True
+
+    def _spread(self, type: str, kind: str, up_to: float) -> float | None:
+        """A random point between the oldest and the newest due entry (None: none due)."""
+        span = run(self.db, finished_index.due_span, type, kind, up_to)
+        return None if span is None else span[0] + _random() * (span[1] - span[0])

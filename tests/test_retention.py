@@ -243,10 +243,39 @@ def test_a_pass_catching_up_stops_after_its_time(db, monkeypatch):
         return now[0]
 
     monkeypatch.setattr(retention_pass, "_clock", clock)
+    monkeypatch.setattr(retention_pass, "_random", lambda: 0.0)  # (catching up from the oldest)
     pruner = retention_pass.Pruner(db, batch=50)
     assert retention_pass.PASS_SECONDS < 1.0
     assert pruner.prune() == 50 and pruner.behind  # (one batch, then its time was up)
     assert pruner.prune() == 50 and len(job_ids(db)) == 150
+
+
+def test_a_pass_catching_up_starts_at_a_random_point_among_the_due_jobs(db, monkeypatch):
+    """Monitors catching up take their batches from a random point among the due jobs (so
+    several monitors do not all go for the same oldest ones and conflict), then those
+    before it: every due job goes, and none that is not due."""
+    jobs.set_retention(db, T, finished=60)
+    old, new = [f"o{i:03}" for i in range(150)], [f"n{i:03}" for i in range(100)]
+    run_jobs(db, old + new + ["young"])
+    age_finished(db, T, old, 1000)
+    age_finished(db, T, new, 200)
+    batches = []
+    prune_batch = pruning.prune_batch
+
+    def counted(tr, *args, **kwargs):
+        removed, more = prune_batch(tr, *args, **kwargs)
+        batches.append(set(removed))
+        return removed, more
+
+    monkeypatch.setattr(pruning, "prune_batch", counted)
+    monkeypatch.setattr(retention_pass, "_random", lambda: 0.5)  # (half-way: between old and new)
+    pruner = retention_pass.Pruner(db, per_pass=50, batch=50)
+    assert pruner.prune() == 50 and pruner.behind and batches == [set(old[:50])]  # (not behind: the oldest)
+    assert pruner.prune() == 200
+    assert batches[1:3] == [set(new[:50]), set(new[50:])]  # from the random point on
+    assert set().union(*batches[3:]) == set(old[50:])  # then the ones before it
+    assert job_ids(db) == {"young"}
+    assert pruner.prune() == 0 and not pruner.behind
 
 
 def test_two_monitors_prune_each_job_once(db):
