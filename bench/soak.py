@@ -14,6 +14,7 @@ every processor's monitor prunes.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import multiprocessing
@@ -25,22 +26,47 @@ import time
 
 import jobs
 import processors
+from jobs.status import gather
 
 TYPE = "soak"
 CHUNK = 1000  # jobs a producer's add_many adds
 BACKLOG = 5000  # pending jobs the producer keeps at most
 
 
+class _MallInfo2(ctypes.Structure):  # glibc's ``struct mallinfo2`` (glibc 2.33 and later)
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _mallinfo():
+    """glibc's ``mallinfo2`` (every arena), or None elsewhere."""
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO = _mallinfo()
+
+
 def _held() -> dict:
     """This process's resident memory (KB; anonymous apart: the rest are pages of mapped
     files, such as the store's commit history), Python objects the collector tracks and
     memory blocks Python has allocated (objects of any kind, and their buffers), threads and
-    open descriptors now."""
+    open descriptors now; with glibc, the C heap's bytes in use and free (KB: free bytes
+    that keep growing are fragmentation, in-use ones an allocation kept)."""
     with open("/proc/self/status") as f:  # (resident: anonymous, and pages of mapped files)
         kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k.startswith("Rss")}
-    return {"rss_kb": kb["RssAnon"] + kb["RssFile"] + kb["RssShmem"], "anon_kb": kb["RssAnon"],
+    held = {"rss_kb": kb["RssAnon"] + kb["RssFile"] + kb["RssShmem"], "anon_kb": kb["RssAnon"],
             "objects": len(gc.get_objects()), "blocks": sys.getallocatedblocks(), "threads": threading.active_count(),
             "fds": len(os.listdir("/proc/self/fd"))}
+    if _MALLINFO is not None:
+        heap = _MALLINFO()
+        held.update(heap_used_kb=(heap.uordblks + heap.hblkhd) // 1024, heap_free_kb=heap.fordblks // 1024)
+    return held
 
 
 def _store_bytes(path: str) -> int:
@@ -85,8 +111,16 @@ def soak(path: str, n: int, every: int, prefetch: int, processes: int = 1, concu
         thread.join(60)
     for child in children:
         child.join(60)
+    samples[-1]["jobs_left"] = _jobs_left(db)
     db.close()
     return samples
+
+
+def _jobs_left(db) -> int:
+    """Jobs of the soak's type still in the store (the counters' figures, in any state):
+    those finished in the last second, and any retention has not caught up with."""
+    t = next(t for t in gather(db, limit=0).types if t.type == TYPE)
+    return t.pending + t.running + t.finished + t.failed
 
 
 def _work(path: str, n: int, prefetch: int, concurrency: int, ran, done) -> None:
@@ -124,7 +158,10 @@ def main(argv=None) -> int:
           f"({last['anon_kb']:,}); Python objects {first['objects']:,} -> "
           f"{last['objects']:,}, blocks {first['blocks']:,} -> {last['blocks']:,}; threads {first['threads']} -> "
           f"{last['threads']}, descriptors {first['fds']} -> {last['fds']}; store {first['store_bytes']:,} -> "
-          f"{last['store_bytes']:,} bytes", file=sys.stderr)
+          f"{last['store_bytes']:,} bytes, {last['jobs_left']:,} jobs left in it"
+          + (f"; C heap in use {first['heap_used_kb']:,} -> {last['heap_used_kb']:,} KB, free "
+             f"{first['heap_free_kb']:,} -> {last['heap_free_kb']:,} KB" if "heap_used_kb" in last else ""),
+          file=sys.stderr)
     print(json.dumps({"jobs": args.jobs, "prefetch": args.prefetch, "processes": args.processes, "samples": samples}))
     return 0
 

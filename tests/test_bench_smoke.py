@@ -224,3 +224,5 @@ def test_soak_samples_what_the_worker_process_holds(tmp_path):
     samples = json.loads(p.stdout)["samples"]
     assert [s["jobs"] for s in samples] == [100, 200, 300]
     assert all(s["rss_kb"] > 0 and s["threads"] >= 1 and s["fds"] > 0 and s["store_bytes"] > 0 for s in samples)
+    assert 0 <= samples[-1]["jobs_left"] <= 300  # (counted once the workers stopped)
+    assert all(s.get("heap_used_kb", 1) > 0 and s.get("heap_free_kb", 0) >= 0 for s in samples)  # (glibc only)
