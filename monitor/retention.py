@@ -1,6 +1,7 @@
 """The activity monitor's retention pass: per type with a retention (``jobs.retention``),
-remove finished jobs kept longer than it, oldest first (see below), in bounded amounts so that one pass
-never holds the monitor up, however many jobs are due (the rest go at the next passes).
+remove finished jobs kept longer than it, oldest first (see below), in bounded amounts so
+that one pass never holds the monitor up, however many jobs are due (the rest go at the
+next passes).
 
 A pass that leaves jobs due (``behind``) lets the next pass prune at once, up to
 ``CATCH_UP`` times as many jobs (for ``PASS_SECONDS`` at most), and the monitor comes back
