@@ -83,7 +83,7 @@ def soak(path: str, n: int, every: int, prefetch: int, processes: int = 1, concu
     jobs.set_retention(db, TYPE, finished=1, failed=1)
     forked = multiprocessing.get_context("fork")
     ran, done = forked.Value("q", 0), forked.Event()
-    children = [forked.Process(target=_work, args=(path, n, prefetch, concurrency, ran, done), daemon=True)
+    children = [forked.Process(target=_work, args=(path, prefetch, concurrency, ran, done), daemon=True)
                 for _ in range(processes - 1)]
     for child in children:  # (before this process starts threads)
         child.start()
@@ -102,11 +102,12 @@ def soak(path: str, n: int, every: int, prefetch: int, processes: int = 1, concu
             samples.append({"jobs": due, **_held(), "store_bytes": _store_bytes(path),
                             "seconds": round(time.monotonic() - began, 1)})
             print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
+        done.set()  # (the processors stop once the last sample is taken: it sees them running)
 
     threads = [threading.Thread(target=fn, name=f"soak-{fn.__name__}", daemon=True) for fn in (produce, sample)]
     for thread in threads:
         thread.start()
-    _work(path, n, prefetch, concurrency, ran, done)
+    _work(path, prefetch, concurrency, ran, done)
     for thread in threads:
         thread.join(60)
     for child in children:
@@ -123,8 +124,9 @@ def _jobs_left(db) -> int:
     return t.pending + t.running + t.finished + t.failed
 
 
-def _work(path: str, n: int, prefetch: int, concurrency: int, ran, done) -> None:
-    """One worker process's processor, until ``ran`` (shared) counts ``n`` jobs."""
+def _work(path: str, prefetch: int, concurrency: int, ran, done) -> None:
+    """One worker process's processor, counting its jobs in ``ran`` (shared), until
+    ``done`` is set."""
     with jobs.open("sqlite:" + path) as db:
         p = processors.Processor(db, grace=1, prefetch=prefetch)
 
@@ -132,9 +134,6 @@ def _work(path: str, n: int, prefetch: int, concurrency: int, ran, done) -> None
         def noop(ctx):
             with ran.get_lock():
                 ran.value += 1
-                last = ran.value == n
-            if last:
-                done.set()
 
         threading.Thread(target=lambda: (done.wait(), p.stop()), name="soak-stop", daemon=True).start()
         p.run(concurrency, signals=False)
