@@ -53,17 +53,27 @@ def strinc_or_end(prefix: bytes) -> bytes:
 _POINT = "SELECT k, v FROM kv WHERE k = ?"
 _UNION_MAX = 32  # up to this many keys, point SELECTs joined by UNION ALL (see below)
 _IN_CHUNK = 500  # keys per SELECT ... IN (...) (under SQLite's limit of bound parameters)
+# the IN lists' lengths: a chunk of keys is padded up to one
+_IN_SIZES = (*range(2 * _UNION_MAX, _IN_CHUNK, _UNION_MAX), _IN_CHUNK)
 
 
 def stored_values(conn, keys: list[bytes]) -> dict[bytes, bytes]:
     """The values stored under those of ``keys`` that exist (table ``kv``), read in one
     statement per _IN_CHUNK keys rather than one per key.  A few keys are read by one
     compound of point SELECTs: SQLite builds a temporary index for an IN list, which costs
-    more than the reads themselves up to a few dozen keys (2 keys: 8 µs against 19 here)."""
+    more than the reads themselves up to a few dozen keys (2 keys: 8 µs against 19 here).
+    An IN list is padded (its last key repeated) to a multiple of 32 keys: each length is
+    a statement of its own in every connection's cache, and one per number of keys kept
+    up to 128 compiled statements of up to 500 parameters in each, re-preparing those it
+    dropped (``bench.soak``: SQLite's memory grew for as long as the run)."""
     if len(keys) <= _UNION_MAX:
         return dict(conn.execute(" UNION ALL ".join([_POINT] * len(keys)), keys)) if keys else {}
     found: dict[bytes, bytes] = {}
     for start in range(0, len(keys), _IN_CHUNK):
         chunk = keys[start:start + _IN_CHUNK]
-        found.update(conn.execute(f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(chunk))})", chunk))
+        size = next(size for size in _IN_SIZES if size >= len(chunk))
+        found.update(conn.execute(_IN_SELECT[size], chunk + chunk[-1:] * (size - len(chunk))))
     return found
+
+
+_IN_SELECT = {size: f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * size)})" for size in _IN_SIZES}

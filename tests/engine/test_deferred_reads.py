@@ -6,9 +6,11 @@ after."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
-from jobs.engine import FDBError
+from jobs.engine import FDBError, keyvalues
 from jobs.engine.embedded import EmbeddedDatabase
 
 ONE = (1).to_bytes(8, "little")
@@ -53,6 +55,27 @@ def test_reads_of_any_number_of_keys_find_what_is_stored(db, absent):
     keys = [b"k%d" % i for i in range(10)] + [b"none%d" % i for i in range(absent)]
     values = [f.wait().value for f in [tr.get(key) for key in keys]]
     assert values == [b"v%d" % i for i in range(10)] + [None] * absent
+
+
+def test_reads_of_any_number_of_keys_run_a_few_statements(tmp_path):
+    """However many keys are read, a few distinct statements run (IN lists padded to a
+    multiple of 32 keys): each is compiled and kept in every connection's cache, and one
+    per number of keys filled the caches with statements of up to 500 parameters."""
+    conn = sqlite3.connect(str(tmp_path / "kv.sqlite"))
+    conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID")
+    stored = [b"k%04d" % i for i in range(700)]
+    conn.executemany("INSERT INTO kv VALUES (?, ?)", [(key, key[::-1]) for key in stored])
+    texts = set()
+
+    class Recording:
+        def execute(self, sql, params):
+            texts.add(sql)
+            return conn.execute(sql, params)
+
+    for n in range(1201):
+        keys = stored[:(n + 1) // 2] + [b"none%d" % i for i in range(n // 2)]
+        assert keyvalues.stored_values(Recording(), keys) == {key: key[::-1] for key in stored[:(n + 1) // 2]}
+    assert len(texts) <= keyvalues._UNION_MAX + len(keyvalues._IN_SIZES) == 47
 
 
 def test_a_read_sees_the_writes_made_before_it_not_after(db):
