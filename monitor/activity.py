@@ -30,7 +30,7 @@ from jobs import activity, counts, pending, rates, recount
 from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
-from .batching import AdaptiveBatch, jittered
+from .batching import AdaptiveBatch, Failures, jittered
 from .retention import Pruner
 
 log = logging.getLogger("monitor")
@@ -73,21 +73,35 @@ class ActivityMonitor:
 
     def check(self) -> int:
         """Sample every type and re-enqueue what is overdue, then prune what retention no
-        longer keeps; returns how many jobs it re-enqueued."""
+        longer keeps; returns how many jobs it re-enqueued.  A type that fails does not
+        hold the others up: the pass goes through every type and the pruning, then raises
+        what failed (each noted with its type; an ExceptionGroup if several did)."""
         types = self.types if self.types is not None else jobs.get_types(self.db)
-        timeouts = {t: jobs.get_type_timeout(self.db, t) for t in types}
-        for gone in set(self._samples) - {t for t, v in timeouts.items() if v is not None}:
+        failures = Failures("activity monitor")
+        kept, total = set(), 0
+        for type in types:
+            reenqueued = failures.catch(type, self._type_pass, type, kept)
+            total += reenqueued or 0
+        for gone in set(self._samples) - kept:
             del self._samples[gone]
-        total = 0
-        for type, timeout in timeouts.items():
-            if timeout is not None:
-                self._migrate(type)
-                self._count(type)
-                total += self._check_type(type, timeout)
-                self._prune_rates(type)
         self.reenqueued += total
-        self.pruner.prune()
+        failures.catch(None, self.pruner.prune)  # (noted with its types itself)
+        failures.raise_any()
         return total
+
+    def _type_pass(self, type: str, kept: set) -> int:
+        """One type's share of a pass: how many of its jobs it re-enqueued.  Adds the type
+        to ``kept`` unless it has no timeout (its samples are dropped then)."""
+        kept.add(type)  # (a type that fails keeps its samples)
+        timeout = jobs.get_type_timeout(self.db, type)
+        if timeout is None:
+            kept.discard(type)
+            return 0
+        self._migrate(type)
+        self._count(type)
+        reenqueued = self._check_type(type, timeout)
+        self._prune_rates(type)
+        return reenqueued
 
     def _check_type(self, type: str, timeout: float) -> int:
         known = self._samples.get(type)
@@ -98,11 +112,17 @@ class ActivityMonitor:
         now = time.monotonic()
         if stamp is not None and (not samples or samples[-1][1] != stamp):
             samples.append((now, stamp))
-        due = None
-        while samples and now - samples[0][0] >= timeout:
-            due = samples.popleft()[1]
-        # every job at or before ``due`` is re-enqueued now (later updates stamp later)
-        return 0 if due is None else self._reenqueue(type, due)
+        old = 0  # samples taken at least a timeout ago
+        while old < len(samples) and now - samples[old][0] >= timeout:
+            old += 1
+        if not old:
+            return 0
+        # every job at or before the newest of them is re-enqueued now (later updates stamp
+        # later); they are dropped once that is done (a failed attempt is retried next pass)
+        reenqueued = self._reenqueue(type, samples[old - 1][1])
+        for _ in range(old):
+            samples.popleft()
+        return reenqueued
 
     def _prune_rates(self, type: str) -> None:
         """Clear the type's throughput counters older than an hour, and its job counters

@@ -1,5 +1,6 @@
-"""Background-loop mechanics shared by the monitor's loops: an adaptive batch size and a
-jitter helper (couch_jobs copied these per module and they drifted; here they live once)."""
+"""Background-loop mechanics shared by the monitor's loops: an adaptive batch size, a
+jitter helper (couch_jobs copied these per module and they drifted; here they live once),
+and the failures of one pass over many types, raised once the pass went through them all."""
 
 from __future__ import annotations
 
@@ -38,3 +39,29 @@ def jittered(seconds: float, fraction: float = 0.1) -> float:
     """``seconds`` plus up to ``fraction`` of it at random, so monitors started together
     don't act in lockstep."""
     return seconds * (1 + random.uniform(0, fraction))
+
+
+class Failures:
+    """What failed in a pass over types, each named: one type failing (a row it cannot
+    read, a timeout) must not hold the other types up (their dead workers' jobs, their
+    retention), yet the pass must still fail where it is seen (``raise_any``)."""
+
+    def __init__(self, what: str):
+        self.what, self.caught = what, []
+
+    def catch(self, type: str | None, fn, *args):
+        """``fn(*args)``; None if it raised (kept, noted with the type unless None)."""
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - raised again by raise_any
+            if type is not None:
+                exc.add_note(f"({self.what}: type {type!r})")
+            self.caught.append(exc)
+            return None
+
+    def raise_any(self) -> None:
+        """Raise what failed: the one exception, or an ExceptionGroup of them."""
+        if len(self.caught) == 1:
+            raise self.caught[0]
+        if self.caught:
+            raise ExceptionGroup(f"{self.what}: {len(self.caught)} failures", self.caught)

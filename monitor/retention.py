@@ -30,6 +30,8 @@ from jobs.engine.transactional import run
 from jobs.finished import KINDS, backfill
 from jobs.retention import retentions
 
+from .batching import Failures
+
 PER_PASS = 1_000  # jobs of one kind of one type removed per pass, at most
 CATCH_UP = 5  # times PER_PASS a pass removes while the last one left jobs due
 PASS_SECONDS = 0.5  # a pass that has pruned this long stops after its batch (re-enqueues wait)
@@ -58,20 +60,27 @@ class Pruner:
         self._next = began + self.interval
         bound = self.per_pass * (CATCH_UP if self.behind else 1)
         periods = run(self.db, retentions)
+        failures = Failures("retention")
         total, behind = 0, False
         for type, retention in sorted(periods.items()):
-            if self.types is not None and type not in self.types:
-                continue
-            run(self.db, backfill, type, pruning.BACKFILL_PAGE)  # (set_retention may start it over)
-            now = time.time()
-            for kind in KINDS:
-                period = retention.period(kind)
-                if period is not None:
-                    done, more = self._prune_kind(type, kind, now - period, bound, began + PASS_SECONDS)
-                    total, behind = total + done, behind or more
+            if self.types is None or type in self.types:
+                done, more = failures.catch(type, self._prune_type, type, retention, bound, began) or (0, False)
+                total, behind = total + done, behind or more
         self.removed += total
         self.behind = behind
+        failures.raise_any()
         return total
+
+    def _prune_type(self, type: str, retention, bound: int, began: float) -> tuple[int, bool]:
+        """One type's share of a pass: how many jobs it removed, and whether more may be due."""
+        run(self.db, backfill, type, pruning.BACKFILL_PAGE)  # (set_retention may start it over)
+        now, total, behind = time.time(), 0, False
+        for kind in KINDS:
+            period = retention.period(kind)
+            if period is not None:
+                done, more = self._prune_kind(type, kind, now - period, bound, began + PASS_SECONDS)
+                total, behind = total + done, behind or more
+        return total, behind
 
     def _prune_kind(self, type: str, kind: str, up_to: float, bound: int, until: float) -> tuple[int, bool]:
         """At most ``bound`` jobs, in at most that many entries looked at (stale entries,

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 import jobs
+from jobs import activity, keys
 from jobs.accepting import this_worker
 from jobs.engine import FDBError
 from monitor import ActivityMonitor
@@ -182,3 +183,55 @@ def test_a_failing_pass_is_logged_and_the_monitor_goes_on(db, monkeypatch, caplo
         monitor.stop()
     assert monitor.errors == 1
     assert "store unreachable" in caplog.text
+
+
+def test_a_type_that_fails_does_not_hold_the_others_up(db):
+    """A running job whose row cannot be read (written by another program, damaged) makes
+    its type's re-enqueue fail at every pass; the other types' dead workers' jobs are still
+    re-enqueued, and the pass still fails, naming the job and the type."""
+    for type in ("a", "b"):
+        jobs.set_type_timeout(db, type, 1)
+        jobs.add(db, type, "j")
+        assert jobs.accept(db, type, timeout=0).id == "j"
+    db[keys.data_key("a", "j")] = b"not a row"
+    monitor = ActivityMonitor(db)
+    failures = []
+
+    def check() -> bool:
+        try:
+            monitor.check()
+        except jobs.StoreError as exc:
+            failures.append(exc)
+        return jobs.get_job_state(db, "b", "j") == "pending"
+
+    assert wait_until(check)
+    assert len(failures) == 1  # (b's job went in the pass where a's failed)
+    assert "a/j" in str(failures[0]) and "(activity monitor: type 'a')" in failures[0].__notes__
+    assert monitor.reenqueued == 1
+
+
+def test_a_failed_reenqueue_is_tried_again_at_the_next_pass(db, monkeypatch):
+    """Not a type timeout later: the samples that made the jobs due are kept until their
+    re-enqueue commits."""
+    jobs.set_type_timeout(db, "t", 1)
+    jobs.add(db, "t", "j")
+    assert jobs.accept(db, "t", timeout=0).id == "j"
+    reenqueue_inactive, calls = activity.reenqueue_inactive, []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("store trouble")
+        return reenqueue_inactive(*args, **kwargs)
+
+    monkeypatch.setattr(activity, "reenqueue_inactive", failing_once)
+    monitor = ActivityMonitor(db)
+
+    def check() -> int | None:
+        try:
+            return monitor.check()
+        except RuntimeError:
+            return None
+
+    assert wait_until(lambda: check() is None)  # (the first attempt, once the job is due)
+    assert check() == 1 and jobs.get_job_state(db, "t", "j") == "pending"

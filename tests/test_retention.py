@@ -278,6 +278,22 @@ def test_a_pass_catching_up_starts_at_a_random_point_among_the_due_jobs(db, monk
     assert pruner.prune() == 0 and not pruner.behind
 
 
+def test_a_type_that_fails_does_not_hold_the_others_up(db):
+    """A finished job whose row cannot be read makes its type's pruning fail at every pass;
+    the other types are still pruned, and the pass still fails, naming job and type."""
+    jobs.set_type_timeout(db, "u", 60)
+    for type in (T, "u"):
+        jobs.set_retention(db, type, finished=60)
+        run_jobs(db, ["a", "b"], type=type)
+        age_finished(db, type, ["a", "b"], 120)
+    db[keys.data_key(T, "a")] = b"not a row"
+    pruner = retention_pass.Pruner(db)
+    with pytest.raises(jobs.StoreError, match=f"{T}/a") as raised:
+        pruner.prune()
+    assert f"(retention: type {T!r})" in raised.value.__notes__
+    assert pruner.removed == 2 and job_ids(db, "u") == set()
+
+
 def test_two_monitors_prune_each_job_once(db):
     jobs.set_retention(db, T, finished=60)
     ids = [f"j{i}" for i in range(120)]
