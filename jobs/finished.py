@@ -72,7 +72,8 @@ def leave(tr, type: str, job_id: str) -> None:
         tr.clear(keys.finished_job_key(type, job_id))
 
 
-def oldest(tr, type: str, kind: str, up_to: float, limit: int, since: float | None = None) -> list[tuple[bytes, float, str]]:
+def oldest(tr, type: str, kind: str, up_to: float, limit: int,
+           since: float | None = None) -> list[tuple[bytes, float, str]]:
     """``(key, at, job_id)`` of up to ``limit`` entries of ``kind`` finished at or before
     ``up_to`` (and at or after ``since``), oldest first (a snapshot read: the caller
     re-reads each job)."""

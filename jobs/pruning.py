@@ -22,7 +22,8 @@ BATCH = 100  # jobs removed per transaction (each removal clears a handful of ke
 BACKFILL_PAGE = 500  # rows looked at per backfill transaction
 
 
-def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None) -> tuple[list[str], bool]:
+def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH,
+                since: float | None = None) -> tuple[list[str], bool]:
     """Remove up to ``limit`` jobs of ``kind`` (``"finished"`` or ``"failed"``) that
     finished at or before ``up_to`` (seconds since the epoch; and at or after ``since``,
     if given), oldest first, with all their keys.
@@ -44,7 +45,8 @@ def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH, sinc
     return removed, len(entries) == limit
 
 
-def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None) -> tuple[list[str], bool]:
+def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH,
+               since: float | None = None) -> tuple[list[str], bool]:
     """:func:`prune_batch` in a transaction of its own, retried.  After a commit whose
     result is unknown (1021), a retry that finds every job that attempt removed gone
     reports them as removed (by it, or by another pruner just then: gone either way);
