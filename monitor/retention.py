@@ -83,7 +83,7 @@ class Pruner:
         return total, behind
 
     def _prune_kind(self, type: str, kind: str, up_to: float, bound: int, until: float) -> tuple[int, bool]:
-        """At most ``bound`` jobs, in at most that many entries looked at (stale entries,
+        """At most ``bound`` jobs, in about that many entries looked at (stale entries,
         left by jobs changed since, are dropped and count against the bound too), and no
         batch begun after ``until`` (monotonic); how many were removed, and whether more
         may be due.  Catching up (``behind``), each batch starts at a random point among
