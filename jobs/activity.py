@@ -11,6 +11,7 @@ import time
 from . import keys, rows, wakeups
 from .codec import Lost, Row
 from .engine import Versionstamp, value_of
+from .errors import StoreError
 
 _LAST_USER_VERSION = 0xFFFF
 
@@ -29,23 +30,34 @@ def watch(tr, type: str):
     return wakeups.watch_any(tr, keys.watches_activity_keys(type))
 
 
-def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int, found: list | None = None) -> tuple[int, bool]:
+def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int, found: list | None = None,
+                       unreadable: list | None = None) -> tuple[int, bool]:
     """Make pending again (lock dropped, scheduled time and data kept) up to ``limit``
     running jobs of ``type`` whose last activity is at or before the versionstamp ``up_to``,
     counting each as a lost worker on the job (its row's Lost) and on the type (the ``lost``
     counter), in this same transaction: a re-enqueue that commits is counted exactly once.
     Their workers get Halt at their next update or finish.  Returns ``(re-enqueued, more)``,
     ``more`` when the batch was full and jobs may be left; ``found``, if given, receives
-    ``(job id, worker)`` of each job re-enqueued (this attempt's: clear it before a retry)."""
+    ``(job id, worker)`` of each job re-enqueued (this attempt's: clear it before a retry).
+    A job whose row cannot be read is passed over, left as it is (nothing here can tell
+    what the row held), and named in ``unreadable``, if given, as ``(job id, error)``: it
+    does not hold up the type's other jobs (``more`` is False when a batch held only such
+    jobs, which the next batch would find again)."""
     begin, _end = keys.activity_range(type)
     end = keys.activity_key(type, Versionstamp(up_to, _LAST_USER_VERSION)) + b"\x00"
     batch = list(tr.get_range(begin, end, limit=limit))
-    count = 0
+    count = passed_over = 0
     for key, value in batch:
-        tr.clear(key)
         seq = keys.ACTIVITY.unpack(key)[1]
         job_id = value.decode()
-        row = rows.get(tr, type, job_id)
+        try:
+            row = rows.get(tr, type, job_id)
+        except StoreError as exc:
+            passed_over += 1
+            if unreadable is not None:
+                unreadable.append((job_id, str(exc)))
+            continue
+        tr.clear(key)
         if row is None or row.lock is None or row.seq != seq:
             continue  # an activity key its job no longer points at: just drop it
         rows.stop_running(tr, type, job_id, row)  # (its activity key is the one cleared above)
@@ -56,7 +68,7 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int, found: list | No
             found.append((job_id, row.worker))
     if count:
         tr.add(keys.lost_counter_key(type), count.to_bytes(8, "little"))
-    return count, len(batch) == limit
+    return count, len(batch) == limit and passed_over < len(batch)
 
 
 def one_more_lost(row: Row) -> Lost:

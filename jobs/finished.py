@@ -27,6 +27,7 @@ from . import failed as failed_index
 from . import ahead, counts, keys, rows
 from .engine import tuple as fdb_tuple
 from .engine import value_of
+from .errors import StoreError
 
 KINDS = ("finished", "failed")  # finished without failing; finished failed
 
@@ -102,13 +103,15 @@ def backfill_state(tr, type: str) -> tuple[bool, str | None]:
     return (False, None) if raw is None else tuple(fdb_tuple.unpack(raw))
 
 
-def backfill(tr, type: str, limit: int) -> bool:
+def backfill(tr, type: str, limit: int, unreadable: list | None = None) -> bool:
     """Index up to ``limit`` more rows' worth of the type's finished jobs that have no entry
     (written before the index existed), from where the last call stopped; returns True once
     every row was looked at.  A failed job keeps the time its failure was indexed; others
     get now, so they are kept at least one retention period from now.  Resumable and
     idempotent (the position is written in the same transaction; a job with an entry is
-    skipped); the rows are read as a snapshot, with a conflict only on those indexed here."""
+    skipped); the rows are read as a snapshot, with a conflict only on those indexed here.
+    A row that cannot be read is passed over (named in ``unreadable``, if given, as ``(job
+    id, error)``)."""
     done, after = backfill_state(tr, type)
     if done:
         return True
@@ -118,7 +121,12 @@ def backfill(tr, type: str, limit: int) -> bool:
     finished = []
     for key, value in page:
         job_id = keys.DATA.unpack(key)[1]
-        row = rows.decode(bytes(value), type, job_id)
+        try:
+            row = rows.decode(bytes(value), type, job_id)
+        except StoreError as exc:
+            if unreadable is not None:
+                unreadable.append((job_id, str(exc)))
+            continue
         if row.state == "finished":
             finished.append((key, job_id, entry_future(tr, type, job_id), tr.get(keys.failed_key(type, job_id))))
     for key, job_id, entry, failure in finished:  # (their reads ran in parallel)

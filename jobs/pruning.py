@@ -15,6 +15,7 @@ from .creator import remove_row
 from .engine import error_code, value_of
 from .engine.errors import MAYBE_COMMITTED
 from .engine.transactional import run
+from .errors import StoreError
 from .retention import KEEP_FOREVER, retentions
 from .status import job_types
 
@@ -22,31 +23,39 @@ BATCH = 100  # jobs removed per transaction (each removal clears a handful of ke
 BACKFILL_PAGE = 500  # rows looked at per backfill transaction
 
 
-def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH,
-                since: float | None = None) -> tuple[list[str], bool]:
+def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None,
+                unreadable: list | None = None) -> tuple[list[str], bool]:
     """Remove up to ``limit`` jobs of ``kind`` (``"finished"`` or ``"failed"``) that
     finished at or before ``up_to`` (seconds since the epoch; and at or after ``since``,
     if given), oldest first, with all their keys.
     Returns ``(removed ids, more)``, ``more`` when the batch was full.  Each job is re-read:
     one that changed since it was indexed is left alone (its stale entry dropped), so
-    several pruners, and retries, only remove what is still finished and old."""
+    several pruners, and retries, only remove what is still finished and old.  A job whose
+    row cannot be read is left as it is and named in ``unreadable``, if given, as ``(job
+    id, error)``; ``more`` is False when the batch held only such jobs."""
     entries = finished_index.oldest(tr, type, kind, up_to, limit, since)
     # every job's row and pointer read at once (one round trip on FoundationDB, not 2 x 100)
     reads = [(tr.get(keys.data_key(type, job_id)), finished_index.entry_future(tr, type, job_id))
              for _key, _at, job_id in entries]
-    removed = []
+    removed, passed_over = [], 0
     for (key, at, job_id), (raw_row, entry) in zip(entries, reads):
-        row = rows.decode(value_of(raw_row), type, job_id)
+        try:
+            row = rows.decode(value_of(raw_row), type, job_id)
+        except StoreError as exc:
+            passed_over += 1
+            if unreadable is not None:
+                unreadable.append((job_id, str(exc)))
+            continue
         if row is not None and row.state == "finished" and finished_index.entry_in(entry) == (kind, at):
             remove_row(tr, type, job_id, row)
             removed.append(job_id)
         else:
             tr.clear(key)
-    return removed, len(entries) == limit
+    return removed, len(entries) == limit and passed_over < len(entries)
 
 
-def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH,
-               since: float | None = None) -> tuple[list[str], bool]:
+def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None,
+               unreadable: list | None = None) -> tuple[list[str], bool]:
     """:func:`prune_batch` in a transaction of its own, retried.  After a commit whose
     result is unknown (1021), a retry that finds every job that attempt removed gone
     reports them as removed (by it, or by another pruner just then: gone either way);
@@ -59,7 +68,7 @@ def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH,
             try:
                 if unknown is not None and not any(_indexed(tr, type, job_id) for job_id in unknown[0]):
                     return unknown
-                out = prune_batch(tr, type, kind, up_to, limit, since)
+                out = prune_batch(tr, type, kind, up_to, limit, since, unreadable)
                 tr.commit().wait()
                 return out
             except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
@@ -77,10 +86,10 @@ def _indexed(tr, type: str, job_id: str) -> bool:
     return tr.snapshot.get(keys.finished_job_key(type, job_id)).wait().present()
 
 
-def backfill_all(db, type: str) -> None:
+def backfill_all(db, type: str, unreadable: list | None = None) -> None:
     """Index every job of ``type`` finished before the index existed (``finished.backfill``),
     one page per transaction, until done.  Takes a database."""
-    while not run(db, finished_index.backfill, type, BACKFILL_PAGE):
+    while not run(db, finished_index.backfill, type, BACKFILL_PAGE, unreadable):
         pass
 
 
@@ -91,7 +100,8 @@ def prune(db, type: str | None = None, *, older_than: float | None = None, faile
     that keep them forever are skipped).  Jobs finished before the index existed are
     indexed first (as ``finished.backfill``: only failed ones can be old enough then).
     Returns ``(type, id)`` of the jobs removed.  Takes a database: :data:`BATCH` jobs per
-    transaction.  ValueError for a bad period or type."""
+    transaction.  ValueError for a bad period or type; StoreError, once every other job
+    was removed, naming the jobs whose rows could not be read (left as they are)."""
     if type is not None:
         checks.name(type, "type")
     older_than = None if older_than is None else checks.seconds(older_than, "older_than")
@@ -104,14 +114,18 @@ def prune(db, type: str | None = None, *, older_than: float | None = None, faile
         types = sorted(periods)
     else:
         types = run(db, job_types)
-    removed = []
+    removed, unreadable = [], {}
     for t in types:
         period = older_than if older_than is not None else periods.get(t, KEEP_FOREVER).period(kind)
         if period is None:
             continue
-        backfill_all(db, t)
-        more = True
+        more, passed_over = True, []
+        backfill_all(db, t, passed_over)
         while more:
-            ids, more = prune_page(db, t, kind, now - period)
+            ids, more = prune_page(db, t, kind, now - period, unreadable=passed_over)
             removed.extend((t, job_id) for job_id in ids)
+        unreadable.update(((t, job_id), error) for job_id, error in passed_over)
+    if unreadable:
+        raise StoreError(f"removed {len(removed)} jobs; left {len(unreadable)} whose rows cannot be read: "
+                         + "; ".join(error for error in list(unreadable.values())[:5]))
     return removed

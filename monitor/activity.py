@@ -30,7 +30,7 @@ from jobs import activity, counts, pending, rates, recount
 from jobs.engine import error_code, is_retryable
 from jobs.engine.transactional import run
 
-from .batching import AdaptiveBatch, Failures, jittered
+from .batching import AdaptiveBatch, Failures, Unreadable, jittered
 from .retention import Pruner
 
 log = logging.getLogger("monitor")
@@ -60,7 +60,8 @@ class ActivityMonitor:
         self.reenqueued = 0  # jobs this monitor made pending again, in all
         self.errors = 0  # passes that failed (logged)
         self._batch = AdaptiveBatch()
-        self.pruner = Pruner(db, self.types)  # ``pruner.removed``: finished jobs it removed
+        self.unreadable = Unreadable()  # jobs passed over: their rows cannot be read (logged once)
+        self.pruner = Pruner(db, self.types, unreadable=self.unreadable)  # ``pruner.removed``: jobs it removed
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
         self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
@@ -156,8 +157,9 @@ class ActivityMonitor:
             tr = self.db.create_transaction()
             tr.options.set_timeout(TRANSACTION_TIMEOUT_MS)
             found: list = []
+            unreadable: list = []
             try:
-                count, more = activity.reenqueue_inactive(tr, type, up_to, self._batch.size, found)
+                count, more = activity.reenqueue_inactive(tr, type, up_to, self._batch.size, found, unreadable)
                 tr.commit().wait()
             except Exception as exc:  # noqa: BLE001 - sorted by FDB code just below
                 if error_code(exc) is None:
@@ -171,6 +173,7 @@ class ActivityMonitor:
             total += count
             if found:
                 _say_reenqueued(type, found)
+            self.unreadable.say(type, unreadable, "re-enqueued")
             if not more:
                 return total
             self._batch.full()

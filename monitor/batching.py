@@ -1,13 +1,17 @@
 """Background-loop mechanics shared by the monitor's loops: an adaptive batch size, a
 jitter helper (couch_jobs copied these per module and they drifted; here they live once),
-and the failures of one pass over many types, raised once the pass went through them all."""
+the failures of one pass over many types, raised once the pass went through them all, and
+the jobs passed over because their rows cannot be read."""
 
 from __future__ import annotations
 
+import logging
 import random
 
 from jobs.engine import error_code
 from jobs.engine.errors import TRANSACTION_TIMED_OUT, TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD
+
+log = logging.getLogger("monitor")
 
 # Errors that mean "this batch was too big for one transaction" (10 MB, 5 s).
 TOO_BIG = frozenset({TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD, TRANSACTION_TIMED_OUT})
@@ -65,3 +69,18 @@ class Failures:
             raise self.caught[0]
         if self.caught:
             raise ExceptionGroup(f"{self.what}: {len(self.caught)} failures", self.caught)
+
+
+class Unreadable:
+    """Jobs passed over because their rows cannot be read (``jobs``: ``(type, id)``), each
+    logged once (ERROR): left as they are, since nothing can tell what such a row held."""
+
+    def __init__(self):
+        self.jobs: set[tuple[str, str]] = set()
+
+    def say(self, type: str, found: list[tuple[str, str]], doing: str) -> None:
+        """Log the jobs of ``found`` (``(id, error)``) not logged yet, as not ``doing``."""
+        for job_id, error in found:
+            if (type, job_id) not in self.jobs:
+                self.jobs.add((type, job_id))
+                log.error("%s: not %s, left as it is until the row is written again", error, doing)

@@ -30,7 +30,7 @@ from jobs.engine.transactional import run
 from jobs.finished import KINDS, backfill
 from jobs.retention import retentions
 
-from .batching import Failures
+from .batching import Failures, Unreadable
 
 PER_PASS = 1_000  # jobs of one kind of one type removed per pass, at most
 CATCH_UP = 5  # times PER_PASS a pass removes while the last one left jobs due
@@ -43,8 +43,10 @@ class Pruner:
     """Prunes the types of ``types`` (None: every type with a retention) of store ``db``;
     ``removed`` counts the jobs it removed."""
 
-    def __init__(self, db, types: list[str] | None = None, per_pass: int = PER_PASS, batch: int = pruning.BATCH):
+    def __init__(self, db, types: list[str] | None = None, per_pass: int = PER_PASS, batch: int = pruning.BATCH,
+                 unreadable: Unreadable | None = None):
         self.db, self.types = db, types
+        self.unreadable = Unreadable() if unreadable is None else unreadable  # jobs passed over
         self.per_pass, self.batch = per_pass, batch
         self.removed = 0
         self.interval = 0.0  # seconds between passes at least (0: every call is a pass)
@@ -73,7 +75,9 @@ class Pruner:
 
     def _prune_type(self, type: str, retention, bound: int, began: float) -> tuple[int, bool]:
         """One type's share of a pass: how many jobs it removed, and whether more may be due."""
-        run(self.db, backfill, type, pruning.BACKFILL_PAGE)  # (set_retention may start it over)
+        passed_over: list = []
+        run(self.db, backfill, type, pruning.BACKFILL_PAGE, passed_over)  # (set_retention may start it over)
+        self.unreadable.say(type, passed_over, "pruned")
         now, total, behind = time.time(), 0, False
         for kind in KINDS:
             period = retention.period(kind)
@@ -92,7 +96,10 @@ class Pruner:
         done, start, from_oldest = 0, 0, not self.behind
         while start < bound:
             since = None if from_oldest else self._spread(type, kind, up_to)
-            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start), since)
+            passed_over: list = []
+            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start), since,
+                                           passed_over)
+            self.unreadable.say(type, passed_over, "pruned")
             done += len(ids)
             if not more:
                 if since is None:

@@ -185,29 +185,54 @@ def test_a_failing_pass_is_logged_and_the_monitor_goes_on(db, monkeypatch, caplo
     assert "store unreachable" in caplog.text
 
 
-def test_a_type_that_fails_does_not_hold_the_others_up(db):
-    """A running job whose row cannot be read (written by another program, damaged) makes
-    its type's re-enqueue fail at every pass; the other types' dead workers' jobs are still
-    re-enqueued, and the pass still fails, naming the job and the type."""
+def test_a_type_that_fails_does_not_hold_the_others_up(db, monkeypatch):
+    """A type whose re-enqueue fails at every pass (here a patched failure) does not hold
+    up the other types' dead workers' jobs; the pass still fails, naming the type."""
     for type in ("a", "b"):
         jobs.set_type_timeout(db, type, 1)
         jobs.add(db, type, "j")
         assert jobs.accept(db, type, timeout=0).id == "j"
-    db[keys.data_key("a", "j")] = b"not a row"
+    reenqueue_inactive = activity.reenqueue_inactive
+
+    def failing_for_a(tr, type, *args, **kwargs):
+        if type == "a":
+            raise RuntimeError("store trouble")
+        return reenqueue_inactive(tr, type, *args, **kwargs)
+
+    monkeypatch.setattr(activity, "reenqueue_inactive", failing_for_a)
     monitor = ActivityMonitor(db)
     failures = []
 
     def check() -> bool:
         try:
             monitor.check()
-        except jobs.StoreError as exc:
+        except RuntimeError as exc:
             failures.append(exc)
         return jobs.get_job_state(db, "b", "j") == "pending"
 
     assert wait_until(check)
     assert len(failures) == 1  # (b's job went in the pass where a's failed)
-    assert "a/j" in str(failures[0]) and "(activity monitor: type 'a')" in failures[0].__notes__
-    assert monitor.reenqueued == 1
+    assert "(activity monitor: type 'a')" in failures[0].__notes__
+    assert monitor.reenqueued == 1 and jobs.get_job_state(db, "a", "j") == "running"
+
+
+def test_a_job_whose_row_cannot_be_read_is_passed_over(db, caplog):
+    """A running job whose row cannot be read (written by another program, damaged) is
+    left as it is and logged once; its type's other dead workers' jobs are re-enqueued."""
+    jobs.set_type_timeout(db, "t", 1)
+    for job_id in ("bad", "good"):
+        jobs.add(db, "t", job_id)
+        assert jobs.accept(db, "t", timeout=0).id == job_id
+    db[keys.data_key("t", "bad")] = b"not a row"
+    monitor = ActivityMonitor(db)
+    with caplog.at_level("ERROR", logger="monitor"):
+        assert wait_until(lambda: monitor.check() == 1 and jobs.get_job_state(db, "t", "good") == "pending")
+        for _ in range(3):
+            assert monitor.check() == 0  # (passed over again, not logged again)
+    said = [r.getMessage() for r in caplog.records if "t/bad" in r.getMessage()]
+    assert len(said) == 1 and "not re-enqueued" in said[0]
+    assert monitor.unreadable.jobs == {("t", "bad")}
+    assert db[keys.data_key("t", "bad")] == b"not a row"
 
 
 def test_a_failed_reenqueue_is_tried_again_at_the_next_pass(db, monkeypatch):

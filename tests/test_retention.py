@@ -118,6 +118,16 @@ def test_only_types_with_a_retention_are_indexed_and_setting_one_indexes_the_res
     assert indexed(db)["after"] == "finished"
 
 
+def test_the_backfill_passes_over_a_row_that_cannot_be_read(db):
+    run_jobs(db, ["a", "b", "c"])
+    db[keys.data_key(T, "b")] = b"not a row"
+    jobs.set_retention(db, T, finished=3600)
+    passed_over = []
+    assert run(db, finished.backfill, T, 100, passed_over) is True
+    assert indexed(db) == {"a": "finished", "c": "finished"}
+    assert [job_id for job_id, _error in passed_over] == ["b"] and f"{T}/b" in passed_over[0][1]
+
+
 @pytest.mark.parametrize("unknown", [1.0])
 def test_writes_are_idempotent_under_1021(db, unknown):
     faulty = FaultInjectingDatabase(db, unknown_committed=unknown)
@@ -278,20 +288,50 @@ def test_a_pass_catching_up_starts_at_a_random_point_among_the_due_jobs(db, monk
     assert pruner.prune() == 0 and not pruner.behind
 
 
-def test_a_type_that_fails_does_not_hold_the_others_up(db):
-    """A finished job whose row cannot be read makes its type's pruning fail at every pass;
-    the other types are still pruned, and the pass still fails, naming job and type."""
+def test_a_type_that_fails_does_not_hold_the_others_up(db, monkeypatch):
+    """A type whose pruning fails at every pass (here a patched failure) does not hold the
+    other types up; the pass still fails, naming the type."""
     jobs.set_type_timeout(db, "u", 60)
     for type in (T, "u"):
         jobs.set_retention(db, type, finished=60)
         run_jobs(db, ["a", "b"], type=type)
         age_finished(db, type, ["a", "b"], 120)
-    db[keys.data_key(T, "a")] = b"not a row"
+    prune_page = pruning.prune_page
+
+    def failing_for_t(db, type, *args, **kwargs):
+        if type == T:
+            raise RuntimeError("store trouble")
+        return prune_page(db, type, *args, **kwargs)
+
+    monkeypatch.setattr(pruning, "prune_page", failing_for_t)
     pruner = retention_pass.Pruner(db)
-    with pytest.raises(jobs.StoreError, match=f"{T}/a") as raised:
+    with pytest.raises(RuntimeError) as raised:
         pruner.prune()
     assert f"(retention: type {T!r})" in raised.value.__notes__
-    assert pruner.removed == 2 and job_ids(db, "u") == set()
+    assert pruner.removed == 2 and job_ids(db, "u") == set() and job_ids(db) == {"a", "b"}
+
+
+def test_a_job_whose_row_cannot_be_read_is_passed_over(db, caplog):
+    """A finished job whose row cannot be read is left as it is and logged once; the other
+    jobs of its type are pruned; ``jobs.prune`` removes them too, then raises naming it."""
+    jobs.set_retention(db, T, finished=60)
+    ids = [f"j{i}" for i in range(5)]
+    run_jobs(db, ids)
+    age_finished(db, T, ids, 120)
+    bad = keys.data_key(T, "j0")  # (the oldest: every batch finds it first)
+    db[bad] = b"not a row"
+    pruner = retention_pass.Pruner(db, batch=2)
+    with caplog.at_level("ERROR", logger="monitor"):
+        assert pruner.prune() == 4 and not pruner.behind
+        assert pruner.prune() == 0
+    said = [r.getMessage() for r in caplog.records if f"{T}/j0" in r.getMessage()]
+    assert len(said) == 1 and "not pruned" in said[0]
+    assert pruner.unreadable.jobs == {(T, "j0")} and db[bad] == b"not a row"
+    run_jobs(db, ["k"])
+    age_finished(db, T, ["k"], 120)
+    with pytest.raises(jobs.StoreError, match=f"removed 1 jobs; left 1 .*{T}/j0"):
+        jobs.prune(db, T)
+    assert db[bad] == b"not a row" and indexed(db)  # (j0's entry kept)
 
 
 def test_two_monitors_prune_each_job_once(db):
