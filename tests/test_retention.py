@@ -195,19 +195,25 @@ def test_prune_by_hand(db):
         jobs.prune(db, "", older_than=0)
 
 
+def recorded_batches(monkeypatch) -> list[list[str]]:
+    """The ids each ``prune_batch`` removes from now on, a list per batch (oldest first)."""
+    batches = []
+    prune_batch = pruning.prune_batch
+
+    def recorded(tr, *args, **kwargs):
+        removed, more = prune_batch(tr, *args, **kwargs)
+        batches.append(list(removed))
+        return removed, more
+
+    monkeypatch.setattr(pruning, "prune_batch", recorded)
+    return batches
+
+
 def test_a_monitor_pass_prunes_in_bounded_batches(db, monkeypatch):
     jobs.set_retention(db, T, finished=60)
     run_jobs(db, [f"j{i:03}" for i in range(250)])
     age_finished(db, T, [f"j{i:03}" for i in range(250)], 120)
-    batches = []
-    prune_batch = pruning.prune_batch
-
-    def counted(tr, *args, **kwargs):
-        removed, more = prune_batch(tr, *args, **kwargs)
-        batches.append(len(removed))
-        return removed, more
-
-    monkeypatch.setattr(pruning, "prune_batch", counted)
+    batches = recorded_batches(monkeypatch)
     monitor = ActivityMonitor(db)
     monitor.pruner.per_pass = 150
     monitor.check()
@@ -215,7 +221,7 @@ def test_a_monitor_pass_prunes_in_bounded_batches(db, monkeypatch):
     assert job_ids(db) == {f"j{i:03}" for i in range(150, 250)}
     monitor.check()
     assert monitor.pruner.removed == 250 and job_ids(db) == set()
-    assert batches and max(batches) <= pruning.BATCH  # per transaction
+    assert batches and max(map(len, batches)) <= pruning.BATCH  # per transaction
 
 
 def test_a_monitor_behind_on_retention_prunes_at_every_pass_and_comes_back_sooner(db):
@@ -269,20 +275,12 @@ def test_a_pass_catching_up_starts_at_a_random_point_among_the_due_jobs(db, monk
     run_jobs(db, old + new + ["young"])
     age_finished(db, T, old, 1000)
     age_finished(db, T, new, 200)
-    batches = []
-    prune_batch = pruning.prune_batch
-
-    def counted(tr, *args, **kwargs):
-        removed, more = prune_batch(tr, *args, **kwargs)
-        batches.append(set(removed))
-        return removed, more
-
-    monkeypatch.setattr(pruning, "prune_batch", counted)
+    batches = recorded_batches(monkeypatch)
     monkeypatch.setattr(retention_pass, "_random", lambda: 0.5)  # (half-way: between old and new)
     pruner = retention_pass.Pruner(db, per_pass=50, batch=50)
-    assert pruner.prune() == 50 and pruner.behind and batches == [set(old[:50])]  # (not behind: the oldest)
+    assert pruner.prune() == 50 and pruner.behind and batches == [old[:50]]  # (not behind: the oldest)
     assert pruner.prune() == 200
-    assert batches[1:3] == [set(new[:50]), set(new[50:])]  # from the random point on
+    assert batches[1:3] == [new[:50], new[50:]]  # from the random point on
     assert set().union(*batches[3:]) == set(old[50:])  # then the ones before it
     assert job_ids(db) == {"young"}
     assert pruner.prune() == 0 and not pruner.behind
