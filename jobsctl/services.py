@@ -23,7 +23,7 @@ from jobs.engine.urls import ENV_VAR, default_url
 from .commands import open_store
 from .views import say
 
-POLL = 0.5  # seconds between looks at the monitor's re-enqueue counter
+POLL = 0.5  # seconds between looks at the monitor's counters
 
 @contextlib.contextmanager
 def until_signal():
@@ -46,15 +46,19 @@ def until_signal():
 def cmd_monitor(args):
     from monitor import ActivityMonitor
 
-    seen = 0
+    seen = {"reenqueued": 0, "pruned": 0, "failed_passes": 0}
 
     def report():
-        nonlocal seen
-        if monitor.reenqueued != seen:
-            say(args, f"{datetime.now().isoformat(timespec='seconds')} re-enqueued "
-                       f"{monitor.reenqueued - seen} job(s), {monitor.reenqueued} in all")
-            seen = monitor.reenqueued
+        counts = {"reenqueued": monitor.reenqueued, "pruned": monitor.pruner.removed,
+                  "failed_passes": monitor.errors}
+        for name, what in (("reenqueued", "re-enqueued {} job(s)"), ("pruned", "pruned {} finished job(s)"),
+                           ("failed_passes", "{} pass(es) failed (logged)")):
+            if counts[name] != seen[name]:
+                say(args, f"{datetime.now().isoformat(timespec='seconds')} {what.format(counts[name] - seen[name])}, "
+                           f"{counts[name]} in all")
+        seen.update(counts)
 
+    _log_to_stderr()
     with open_store(args) as db, until_signal() as stop:
         monitor = ActivityMonitor(db).start()
         say(args, f"monitoring {args.store or default_url()}; stop with SIGTERM or Ctrl-C")
@@ -64,7 +68,14 @@ def cmd_monitor(args):
         finally:
             monitor.stop()
     report()  # what the last pass did (stop() waited for it)
-    return {"reenqueued": monitor.reenqueued}
+    return {**seen, "unreadable": sorted(f"{t}/{j}" for t, j in monitor.unreadable.jobs)}
+
+
+def _log_to_stderr() -> None:
+    """The service's log lines (a re-enqueue, a failed pass) on stderr, with their time and
+    logger, unless the program set logging up itself."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
 
 
 def cmd_serve_status(args):
@@ -133,8 +144,7 @@ def cmd_worker(args):
         # The user's module opens its store at import time with jobs.open(): point it here.
         os.environ[ENV_VAR] = args.store
     processor = load_processor(module_name, attr)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    _log_to_stderr()
     say(args, f"worker {module_name}:{attr} on {default_url()}: types {', '.join(processor.types) or '-'}, "
                f"concurrency {args.concurrency}; stop with SIGTERM or Ctrl-C", err=True)
     processor.run(concurrency=args.concurrency)

@@ -246,7 +246,10 @@ HUMAN = {
                                      sorted(d["moved"].items())] or ["nothing to move"]),
     "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobs resume {d['type']}'"),
     "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again"),
-    "monitor": lambda d: f"stopped; re-enqueued {d['reenqueued']} job(s)",
+    "monitor": lambda d: printable(
+        f"stopped; re-enqueued {d['reenqueued']} job(s)" + (f", pruned {d['pruned']}" if d["pruned"] else "")
+        + (f", {d['failed_passes']} pass(es) failed" if d["failed_passes"] else "")
+        + (f"; rows that cannot be read: {', '.join(d['unreadable'])}" if d["unreadable"] else "")),
     "gc": lambda d: "\n".join([*(printable(loc) for loc in d["deleted"]),
                                 f"deleted {len(d['deleted'])} location(s) trashed more than {d['grace']:g}s ago; "
                                 f"{d['left']} left in the trash"]),

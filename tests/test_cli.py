@@ -20,11 +20,11 @@ import orjson
 import pytest
 
 import jobs
-from jobs import status_ranges
+from jobs import keys, status_ranges
 from jobsctl import cli
 from jobsctl.arguments import parse_rate
 from jobs.engine.urls import ENV_VAR
-from stored import add_unchecked, age_trash, snapshot
+from stored import add_unchecked, age_finished, age_trash, snapshot
 from waiting import DEADLINE, wait_until
 
 JOBS_SCRIPT = Path(sys.executable).parent / "jobs"
@@ -549,32 +549,65 @@ def test_worker_reports_what_is_wrong(capsys, tmp_path, url):
 # --- monitor -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("as_json", [False, True])
-def test_monitor_reenqueues_until_sigterm(capsys, url, db, as_json):
-    jobs.set_type_timeout(db, "t", 0.2)
-    jobs.add(db, "t", "a")
-    jobs.accept(db, "t", timeout=0)  # a worker that never updates
-
-    def stop_when_reenqueued():
+def run_monitor_until(capsys, url, condition, as_json: bool):
+    """``jobs monitor`` until ``condition()`` holds (then SIGTERM): (code, out, err)."""
+    def stop_when_done():
         try:
-            wait_until(lambda: jobs.get_job_state(db, "t", "a") == "pending")
+            wait_until(condition)
         finally:
             os.kill(os.getpid(), signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, lambda *_: None)  # in case main() returned first
     try:
-        thread = threading.Thread(target=stop_when_reenqueued)
+        thread = threading.Thread(target=stop_when_done)
         thread.start()
-        code, out, err = run(capsys, "--store", url, "monitor", *(["--json"] if as_json else []))
+        done = run(capsys, "--store", url, "monitor", *(["--json"] if as_json else []))
         thread.join()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return done
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_monitor_reenqueues_until_sigterm(capsys, url, db, as_json):
+    jobs.set_type_timeout(db, "t", 0.2)
+    jobs.add(db, "t", "a")
+    jobs.accept(db, "t", timeout=0)  # a worker that never updates
+    code, out, err = run_monitor_until(capsys, url, lambda: jobs.get_job_state(db, "t", "a") == "pending", as_json)
     assert code == 0, err
     assert jobs.get_job_state(db, "t", "a") == "pending"
     if as_json:
-        assert orjson.loads(out) == {"reenqueued": 1}
+        assert orjson.loads(out) == {"reenqueued": 1, "pruned": 0, "failed_passes": 0, "unreadable": []}
     else:
         assert "re-enqueued 1 job(s), 1 in all" in out and out.splitlines()[-1] == "stopped; re-enqueued 1 job(s)"
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_monitor_says_what_it_pruned_and_the_rows_it_cannot_read(capsys, url, db, as_json):
+    jobs.set_type_timeout(db, "t", 0.2)
+    jobs.set_retention(db, "t", finished=60)
+    jobs.add(db, "t", "old")
+    jobs.finish(db, jobs.accept(db, "t", timeout=0))
+    age_finished(db, "t", ["old"], 120)
+    for job_id in ("bad", "dead"):  # (workers that never update)
+        jobs.add(db, "t", job_id)
+        jobs.accept(db, "t", timeout=0)
+    db[keys.data_key("t", "bad")] = b"not a row"
+
+    def done() -> bool:  # (the dead job and the bad one are due together: one batch)
+        try:
+            jobs.get_job_state(db, "t", "old")
+        except jobs.NotFound:
+            return jobs.get_job_state(db, "t", "dead") == "pending"
+        return False
+
+    code, out, err = run_monitor_until(capsys, url, done, as_json)
+    assert code == 0, err
+    if as_json:
+        assert orjson.loads(out) == {"reenqueued": 1, "pruned": 1, "failed_passes": 0, "unreadable": ["t/bad"]}
+    else:
+        assert "pruned 1 finished job(s), 1 in all" in out
+        assert out.splitlines()[-1] == "stopped; re-enqueued 1 job(s), pruned 1; rows that cannot be read: t/bad"
 
 
 # --- the installed script ------------------------------------------------------------------
