@@ -96,11 +96,21 @@ def _enqueued(tr, type: str, job_id: str, row: Row) -> float | None:
     return None
 
 
-def get_jobs(tr, type: str | None = None) -> list[JobInfo]:
-    """Every job (of ``type``, if given), sorted by (type, id)."""
+def get_jobs(tr, type: str | None = None, *, unreadable: list | None = None) -> list[JobInfo]:
+    """Every job (of ``type``, if given), sorted by (type, id).  A job whose row cannot be
+    read raises StoreError, or, if ``unreadable`` is given (a list), is left out and named
+    there as ``(type, id, error)``."""
     if type is not None:
         checks.name(type, "type")
-    infos = within_store(tr, lambda tr: [_info(t, i, row) for t, i, row in rows.scan(tr, type)])
+
+    def read(tr):
+        found: list = []  # (this attempt's: a retry reads them again)
+        infos = [_info(t, i, row) for t, i, row in rows.scan(tr, type, found if unreadable is not None else None)]
+        return infos, found
+
+    infos, found = within_store(tr, read)
+    if unreadable is not None:
+        unreadable.extend(found)
     return sorted(infos, key=lambda info: (info.type, info.id))
 
 

@@ -17,6 +17,7 @@ import weakref
 from . import ahead, counts, fairness, keys, limits, pending
 from .codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
+from .errors import StoreError
 
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
 _USER_VERSIONS = 1 << 16
@@ -140,12 +141,21 @@ def bump_activity(tr, type: str) -> None:
     tr.set_versionstamped_value(keys.watches_activity_key(type, counts.shard(tr, keys.ACTIVITY_SHARDS)), _STAMP_AT_0)
 
 
-def scan(tr, type: str | None = None):
-    """``(type, id, Row)`` for every job, or every job of ``type``, in key order."""
+def scan(tr, type: str | None = None, unreadable: list | None = None):
+    """``(type, id, Row)`` for every job, or every job of ``type``, in key order.  A row
+    that cannot be read raises StoreError, or, if ``unreadable`` is given, is passed over
+    and named there as ``(type, id, error)``."""
     r = (keys.DATA if type is None else keys.DATA[type]).range()
     for key, value in tr.get_range(r.start, r.stop):
         t, job_id = keys.DATA.unpack(key)
-        yield t, job_id, decode_row(value, f"the row of job {t}/{job_id}")
+        try:
+            row = decode_row(value, f"the row of job {t}/{job_id}")
+        except StoreError as exc:
+            if unreadable is None:
+                raise
+            unreadable.append((t, job_id, str(exc)))
+            continue
+        yield t, job_id, row
 
 
 def active_ids(tr, type: str) -> list[str]:

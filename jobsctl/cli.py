@@ -24,8 +24,8 @@ from jobs.engine.urls import ENV_VAR
 
 from .arguments import attach_past_times, count, grace, parse_priority, parse_time, target
 from .commands import (
-    cmd_add, cmd_discard, cmd_gc, cmd_list, cmd_remove, cmd_retry, cmd_schedules, cmd_set_timeout, cmd_show,
-    cmd_status, cmd_types,
+    Incomplete, cmd_add, cmd_discard, cmd_gc, cmd_list, cmd_remove, cmd_retry, cmd_schedules, cmd_set_timeout,
+    cmd_show, cmd_status, cmd_types,
 )
 from .retention import HUMAN as RETENTION_HUMAN, add_commands as _add_retention_commands
 from .limits import HUMAN as LIMITS_HUMAN, add_commands as _add_limits_commands
@@ -185,10 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: -h (0) or a usage error (2, message printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        doc = args.run(args)
+        doc, errors = args.run(args), []
+        if isinstance(doc, Incomplete):
+            doc, errors = doc.doc, doc.errors
         if doc is not None:  # help and serve-status print as they go
             print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if args.json else HUMAN[args.command](doc))
-        return 0
+        for error in errors:
+            print(f"jobs: error: {error}", file=sys.stderr)
+        return 1 if errors else 0
     except (jobs.JobsError, jobs.StoreOpenError, ValueError, TypeError) as exc:
         print(f"jobs: error: {exc}", file=sys.stderr)
         return 1

@@ -48,12 +48,22 @@ def cmd_show(args):
         return job_document(db, args.type, args.id)
 
 
+class Incomplete:
+    """A command's document, printed, then ``errors`` (each a ``jobs: error:`` line on
+    stderr) and exit status 1: what could be done was, and what could not is said."""
+
+    def __init__(self, doc, errors: list[str]):
+        self.doc, self.errors = doc, errors
+
+
 def cmd_list(args):
     with open_store(args, create=False) as db:
         if args.failed:
             return failed_list(db, args.type)
-        infos = jobs.get_jobs(db, args.type)
-    return [job_doc(i) for i in infos if args.state is None or i.state == args.state]
+        unreadable: list = []
+        infos = jobs.get_jobs(db, args.type, unreadable=unreadable)
+    docs = [job_doc(i) for i in infos if args.state is None or i.state == args.state]
+    return Incomplete(docs, [error for _t, _i, error in unreadable]) if unreadable else docs
 
 
 def failed_list(db, type: str | None) -> list[dict]:

@@ -349,3 +349,13 @@ def test_a_corrupt_row_is_a_store_error(db):
         jobs.get_job(db, T, "bad")
     with pytest.raises(jobs.StoreError):
         jobs.get_jobs(db)
+
+
+def test_listing_jobs_can_pass_over_the_rows_it_cannot_read(db):
+    jobs.set_type_timeout(db, T, 30)
+    for job_id in ("a", "bad", "c"):
+        jobs.add(db, T, job_id)
+    db[keys.data_key(T, "bad")] = b"\x99not a tuple"
+    unreadable = []
+    assert [info.id for info in jobs.get_jobs(db, T, unreadable=unreadable)] == ["a", "c"]
+    assert [(t, job_id) for t, job_id, _error in unreadable] == [(T, "bad")] and "t/bad" in unreadable[0][2]

@@ -206,6 +206,17 @@ def test_list(capsys, url, db):
     assert [d["id"] for d in run_json(capsys, "--store", url, "list", "t", "--state", "running")] == ["r"]
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_list_shows_the_jobs_it_can_read_and_names_the_others(capsys, url, db, as_json):
+    _three_states(db)
+    db[keys.data_key("t", "p")] = b"not a row"
+    code, out, err = run(capsys, "--store", url, "list", *(["--json"] if as_json else []))
+    assert code == 1 and err.splitlines() == ["jobs: error: the row of job t/p is corrupt: Unknown data type in DB: "
+                                              "b'not a row'"]
+    ids = [d["id"] for d in orjson.loads(out)] if as_json else [line.split()[1] for line in out.splitlines()[1:]]
+    assert ids == ["f", "r", "x"]
+
+
 def test_remove(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     jobs.add(db, "t", "a")
