@@ -17,6 +17,7 @@ job accepted again gets another call's lock.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -28,7 +29,10 @@ from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
 from .engine.limits import TRANSACTION_SIZE_LIMIT
 from .engine.transactional import is_database, run_noting
+from .errors import StoreError
 from .job import Job
+
+log = logging.getLogger("jobs")
 
 # The job rows one accept rewrites, in bytes, at most (half of FoundationDB's transaction
 # limit: the rest for keys, counts and what a caller writes beside, e.g. its outcomes).
@@ -106,6 +110,10 @@ class AcceptCall:
         # an attempt that did not commit may be locked again by the next one)
         self._picked: dict[str, None] = {}
         self._new_picks: list[str] = []  # of them, the ones the current attempt added
+        # (id, error) of the jobs this call took off the queue because their rows cannot be
+        # read (each logged once its attempt committed), and the current attempt's
+        self.unreadable: list[tuple[str, str]] = []
+        self._new_unreadable: list[tuple[str, str]] = []
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
         self.rearms = 0  # transactions run by _rearm, over the call's life
@@ -131,13 +139,23 @@ class AcceptCall:
         if not self._picked:
             self.lock = new_lock()
         out = run_noting(self.db, self._failed, self._body, also)
+        self._say_unreadable()
         if isinstance(out, _Seen):  # found nothing in a transaction that wrote: watch now
             joined = pending.watch_joined(self.db, self.type, out.wakes)
             if joined is not None:
                 return Wait(joined, out.due)
             self.rearms += 1
-            return run_noting(self.db, self._failed, self._rearm, out)
+            out = run_noting(self.db, self._failed, self._rearm, out)
+            self._say_unreadable()
         return out
+
+    def _say_unreadable(self) -> None:
+        """Log the jobs the attempt that committed took off the queue unread."""
+        for job_id, error in self._new_unreadable:
+            log.error("%s: taken off the queue of %s unrun, its row left as it is (write it again, then re-add "
+                      "the job, to run it)", error, self.type)
+        self.unreadable += self._new_unreadable
+        self._new_unreadable = []
 
     def _rearm(self, tr, seen: "_Seen"):
         """After an attempt that wrote and found nothing: its watch, set here if no job
@@ -163,7 +181,7 @@ class AcceptCall:
                 self.on_conflict(self)
 
     def _body(self, tr, also=None):
-        self._new_picks = []
+        self._new_picks, self._new_unreadable = [], []
         keys.check_layout(tr)
         store = store_ids.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
@@ -223,7 +241,12 @@ class AcceptCall:
         worker = this_worker()
         tally = counts.Tally()
         for job_id, future in zip(ids, futures):
-            row = rows.decode(value_of(future), self.type, job_id)
+            try:
+                row = rows.decode(value_of(future), self.type, job_id)
+            except StoreError as exc:  # nothing can run it: off the queue, named (left in place, it
+                admission.drop(job_id)  # would be picked first by every accept, and stop them all)
+                self._new_unreadable.append((job_id, str(exc)))
+                continue
             if row is None or row.state != "pending":
                 admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it

@@ -351,6 +351,21 @@ def test_a_corrupt_row_is_a_store_error(db):
         jobs.get_jobs(db)
 
 
+def test_a_pending_job_whose_row_cannot_be_read_is_taken_off_the_queue(db, caplog):
+    """Not a stop for every worker of the type: an accept takes it off the queue unrun,
+    logs it once, leaves its row as it is, and takes the next job."""
+    jobs.set_type_timeout(db, T, 30)
+    for job_id in ("bad", "good"):
+        jobs.add(db, T, job_id)
+    db[keys.data_key(T, "bad")] = b"\x99not a tuple"
+    with caplog.at_level("ERROR", logger="jobs"):
+        taken = [jobs.accept(db, T, timeout=0) for _ in range(3)]
+    assert [job.id for job in taken if job is not None] == ["good"]
+    assert jobs.pending_count(db, T) == 0 and db[keys.data_key(T, "bad")] == b"\x99not a tuple"
+    said = [r.getMessage() for r in caplog.records if "t/bad" in r.getMessage()]
+    assert len(said) == 1 and "taken off the queue" in said[0]
+
+
 def test_listing_jobs_can_pass_over_the_rows_it_cannot_read(db):
     jobs.set_type_timeout(db, T, 30)
     for job_id in ("a", "bad", "c"):

@@ -72,6 +72,24 @@ def test_handler_returning_none_keeps_the_data_and_update_records_progress(db):
         assert f.result(DEADLINE) == {"x": 1, "progress": 50}
 
 
+def test_a_pending_job_whose_row_cannot_be_read_does_not_stop_the_workers(db):
+    """It is taken off the queue unrun (``jobs.accepting``), and the other jobs run."""
+    jobs.set_type_timeout(db, "t", 10)
+    ids = ["bad", *(f"g{i}" for i in range(5))]
+    for job_id in ids:
+        jobs.add(db, "t", job_id, {"x": 1})
+    db[jobs.keys.data_key("t", "bad")] = b"not a row"
+    p = Processor(db)
+
+    @p.handler("t", timeout=10)
+    def handler(ctx):
+        return {"done": True}
+
+    with running(p):
+        assert wait_until(lambda: all(state(db, "t", job_id) == "finished" for job_id in ids[1:]))
+    assert p.stats["succeeded"] == 5 and db[jobs.keys.data_key("t", "bad")] == b"not a row"
+
+
 def test_heartbeats_keep_a_long_job_alive_past_its_type_timeout(db):
     """Type timeout 1 s, a job running for several timeouts: the processor's heartbeats
     keep it, so the activity monitor (run by the processor) never re-enqueues it."""
