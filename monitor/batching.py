@@ -46,8 +46,8 @@ def jittered(seconds: float, fraction: float = 0.1) -> float:
 
 
 class Failures:
-    """What failed in a pass over types, each named: one type failing (a row it cannot
-    read, a timeout) must not hold the other types up (their dead workers' jobs, their
+    """What failed in a pass over types, each named: one type failing (a timeout, a record
+    it cannot read) must not hold the other types up (their dead workers' jobs, their
     retention), yet the pass must still fail where it is seen (``raise_any``)."""
 
     def __init__(self, what: str):
