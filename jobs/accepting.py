@@ -29,7 +29,6 @@ from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
 from .engine.limits import TRANSACTION_SIZE_LIMIT
 from .engine.transactional import is_database, run_noting
-from .errors import StoreError
 from .job import Job
 
 log = logging.getLogger("jobs")
@@ -110,10 +109,10 @@ class AcceptCall:
         # an attempt that did not commit may be locked again by the next one)
         self._picked: dict[str, None] = {}
         self._new_picks: list[str] = []  # of them, the ones the current attempt added
-        # (id, error) of the jobs this call took off the queue because their rows cannot be
-        # read (each logged once its attempt committed), and the current attempt's
-        self.unreadable: list[tuple[str, str]] = []
-        self._new_unreadable: list[tuple[str, str]] = []
+        # (type, id, error) of the jobs this call took off the queue because their rows cannot
+        # be read (each logged once its attempt committed), and the current attempt's
+        self.unreadable: list[tuple[str, str, str]] = []
+        self._new_unreadable: list[tuple[str, str, str]] = []
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
         self.rearms = 0  # transactions run by _rearm, over the call's life
@@ -151,7 +150,7 @@ class AcceptCall:
 
     def _say_unreadable(self) -> None:
         """Log the jobs the attempt that committed took off the queue unread."""
-        for job_id, error in self._new_unreadable:
+        for _type, _id, error in self._new_unreadable:
             log.error("%s: taken off the queue of %s unrun, its row left as it is (write it again, then re-add "
                       "the job, to run it)", error, self.type)
         self.unreadable += self._new_unreadable
@@ -241,11 +240,9 @@ class AcceptCall:
         worker = this_worker()
         tally = counts.Tally()
         for job_id, future in zip(ids, futures):
-            try:
-                row = rows.decode(value_of(future), self.type, job_id)
-            except StoreError as exc:  # nothing can run it: off the queue, named (left in place, it
+            row = rows.decode(value_of(future), self.type, job_id, self._new_unreadable)
+            if row is rows.UNREADABLE:  # nothing can run it: off the queue, named (left in place, it
                 admission.drop(job_id)  # would be picked first by every accept, and stop them all)
-                self._new_unreadable.append((job_id, str(exc)))
                 continue
             if row is None or row.state != "pending":
                 admission.drop(job_id)

@@ -11,7 +11,6 @@ import time
 from . import keys, rows, wakeups
 from .codec import Lost, Row
 from .engine import Versionstamp, value_of
-from .errors import StoreError
 
 _LAST_USER_VERSION = 0xFFFF
 
@@ -40,22 +39,18 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int, found: list | No
     ``more`` when the batch was full and jobs may be left; ``found``, if given, receives
     ``(job id, worker)`` of each job re-enqueued (this attempt's: clear it before a retry).
     A job whose row cannot be read is passed over, left as it is (nothing here can tell
-    what the row held), and named in ``unreadable``, if given, as ``(job id, error)``: it
+    what the row held), and named in ``unreadable``, if given (``rows.decode``): it
     does not hold up the type's other jobs (``more`` is False when a batch held only such
     jobs, which the next batch would find again)."""
     begin, _end = keys.activity_range(type)
     end = keys.activity_key(type, Versionstamp(up_to, _LAST_USER_VERSION)) + b"\x00"
     batch = list(tr.get_range(begin, end, limit=limit))
-    count = passed_over = 0
+    count, passed_over = 0, []
     for key, value in batch:
         seq = keys.ACTIVITY.unpack(key)[1]
         job_id = value.decode()
-        try:
-            row = rows.get(tr, type, job_id)
-        except StoreError as exc:
-            passed_over += 1
-            if unreadable is not None:
-                unreadable.append((job_id, str(exc)))
+        row = rows.get(tr, type, job_id, passed_over)
+        if row is rows.UNREADABLE:
             continue
         tr.clear(key)
         if row is None or row.lock is None or row.seq != seq:
@@ -68,7 +63,9 @@ def reenqueue_inactive(tr, type: str, up_to: bytes, limit: int, found: list | No
             found.append((job_id, row.worker))
     if count:
         tr.add(keys.lost_counter_key(type), count.to_bytes(8, "little"))
-    return count, len(batch) == limit and passed_over < len(batch)
+    if unreadable is not None:
+        unreadable += passed_over
+    return count, len(batch) == limit and len(passed_over) < len(batch)
 
 
 def one_more_lost(row: Row) -> Lost:

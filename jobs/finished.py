@@ -27,7 +27,6 @@ from . import failed as failed_index
 from . import ahead, counts, keys, rows
 from .engine import tuple as fdb_tuple
 from .engine import value_of
-from .errors import StoreError
 
 KINDS = ("finished", "failed")  # finished without failing; finished failed
 
@@ -110,8 +109,8 @@ def backfill(tr, type: str, limit: int, unreadable: list | None = None) -> bool:
     get now, so they are kept at least one retention period from now.  Resumable and
     idempotent (the position is written in the same transaction; a job with an entry is
     skipped); the rows are read as a snapshot, with a conflict only on those indexed here.
-    A row that cannot be read is passed over (named in ``unreadable``, if given, as ``(job
-    id, error)``)."""
+    A row that cannot be read is passed over (named in ``unreadable``, if given:
+    ``rows.decode``)."""
     done, after = backfill_state(tr, type)
     if done:
         return True
@@ -121,13 +120,8 @@ def backfill(tr, type: str, limit: int, unreadable: list | None = None) -> bool:
     finished = []
     for key, value in page:
         job_id = keys.DATA.unpack(key)[1]
-        try:
-            row = rows.decode(bytes(value), type, job_id)
-        except StoreError as exc:
-            if unreadable is not None:
-                unreadable.append((job_id, str(exc)))
-            continue
-        if row.state == "finished":
+        row = rows.decode(bytes(value), type, job_id, [] if unreadable is None else unreadable)
+        if row is not rows.UNREADABLE and row.state == "finished":
             finished.append((key, job_id, entry_future(tr, type, job_id), tr.get(keys.failed_key(type, job_id))))
     for key, job_id, entry, failure in finished:  # (their reads ran in parallel)
         if value_of(entry) is None:

@@ -23,38 +23,41 @@ BATCH = 100  # jobs removed per transaction (each removal clears a handful of ke
 BACKFILL_PAGE = 500  # rows looked at per backfill transaction
 
 
-def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None,
+def prune_batch(tr, type: str, kind: str, up_to: float, limit: int = BATCH, spread: float | None = None,
                 unreadable: list | None = None) -> tuple[list[str], bool]:
     """Remove up to ``limit`` jobs of ``kind`` (``"finished"`` or ``"failed"``) that
-    finished at or before ``up_to`` (seconds since the epoch; and at or after ``since``,
-    if given), oldest first, with all their keys.
+    finished at or before ``up_to`` (seconds since the epoch), oldest first, with all their
+    keys; ``spread`` (0 to 1): from that point between the oldest and the newest of them
+    (several pruners catching up take different batches).
     Returns ``(removed ids, more)``, ``more`` when the batch was full.  Each job is re-read:
     one that changed since it was indexed is left alone (its stale entry dropped), so
     several pruners, and retries, only remove what is still finished and old.  A job whose
-    row cannot be read is left as it is and named in ``unreadable``, if given, as ``(job
-    id, error)``; ``more`` is False when the batch held only such jobs."""
+    row cannot be read is left as it is and named in ``unreadable``, if given
+    (``rows.decode``); ``more`` is False when the batch held only such jobs."""
+    since = None
+    if spread is not None:
+        span = finished_index.due_span(tr, type, kind, up_to)
+        since = None if span is None else span[0] + spread * (span[1] - span[0])
     entries = finished_index.oldest(tr, type, kind, up_to, limit, since)
     # every job's row and pointer read at once (one round trip on FoundationDB, not 2 x 100)
     reads = [(tr.get(keys.data_key(type, job_id)), finished_index.entry_future(tr, type, job_id))
              for _key, _at, job_id in entries]
-    removed, passed_over = [], 0
+    removed, passed_over = [], []
     for (key, at, job_id), (raw_row, entry) in zip(entries, reads):
-        try:
-            row = rows.decode(value_of(raw_row), type, job_id)
-        except StoreError as exc:
-            passed_over += 1
-            if unreadable is not None:
-                unreadable.append((job_id, str(exc)))
+        row = rows.decode(value_of(raw_row), type, job_id, passed_over)
+        if row is rows.UNREADABLE:
             continue
         if row is not None and row.state == "finished" and finished_index.entry_in(entry) == (kind, at):
             remove_row(tr, type, job_id, row)
             removed.append(job_id)
         else:
             tr.clear(key)
-    return removed, len(entries) == limit and passed_over < len(entries)
+    if unreadable is not None:
+        unreadable += passed_over
+    return removed, len(entries) == limit and len(passed_over) < len(entries)
 
 
-def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, since: float | None = None,
+def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, spread: float | None = None,
                unreadable: list | None = None) -> tuple[list[str], bool]:
     """:func:`prune_batch` in a transaction of its own, retried.  After a commit whose
     result is unknown (1021), a retry that finds every job that attempt removed gone
@@ -68,7 +71,7 @@ def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, since
             try:
                 if unknown is not None and not any(_indexed(tr, type, job_id) for job_id in unknown[0]):
                     return unknown
-                out = prune_batch(tr, type, kind, up_to, limit, since, unreadable)
+                out = prune_batch(tr, type, kind, up_to, limit, spread, unreadable)
                 tr.commit().wait()
                 return out
             except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
@@ -124,7 +127,7 @@ def prune(db, type: str | None = None, *, older_than: float | None = None, faile
         while more:
             ids, more = prune_page(db, t, kind, now - period, unreadable=passed_over)
             removed.extend((t, job_id) for job_id in ids)
-        unreadable.update(((t, job_id), error) for job_id, error in passed_over)
+        unreadable.update(((t, job_id), error) for t, job_id, error in passed_over)
     if unreadable:
         raise StoreError(f"removed {len(removed)} jobs; left {len(unreadable)} whose rows cannot be read: "
                          + "; ".join(error for error in list(unreadable.values())[:5]))

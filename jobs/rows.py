@@ -45,14 +45,29 @@ def _incomplete(user_version: int) -> Versionstamp:
     return Versionstamp(user_version=user_version)
 
 
-def get(tr, type: str, job_id: str) -> Row | None:
-    """The job's row (a conflicting read), or None."""
-    return decode(value_of(ahead.read(tr, keys.data_key(type, job_id))), type, job_id)
+UNREADABLE = object()  # what ``decode`` returns, given ``unreadable``, for a row it cannot read
 
 
-def decode(raw: bytes | None, type: str, job_id: str) -> Row | None:
-    """The row read as ``raw`` (None: no such job)."""
-    return None if raw is None else decode_row(raw, f"the row of job {type}/{job_id}")
+def get(tr, type: str, job_id: str, unreadable: list | None = None):
+    """The job's row (a conflicting read), or None; ``unreadable``: as :func:`decode`."""
+    return decode(value_of(ahead.read(tr, keys.data_key(type, job_id))), type, job_id, unreadable)
+
+
+def decode(raw: bytes | None, type: str, job_id: str, unreadable: list | None = None):
+    """The row read as ``raw`` (None: no such job).  A row that cannot be read (written by
+    another program, damaged) raises StoreError naming the job, or, if ``unreadable`` is
+    given, is named there as ``(type, id, error)`` and :data:`UNREADABLE` returned: the
+    callers that pass such jobs over (re-enqueue, retention, accept, listing) leave them as
+    they are, since nothing can tell what the row held."""
+    if raw is None:
+        return None
+    try:
+        return decode_row(raw, f"the row of job {type}/{job_id}")
+    except StoreError as exc:
+        if unreadable is None:
+            raise
+        unreadable.append((type, job_id, str(exc)))
+        return UNREADABLE
 
 
 def _layout_for(tr, row: Row) -> None:
@@ -148,14 +163,9 @@ def scan(tr, type: str | None = None, unreadable: list | None = None):
     r = (keys.DATA if type is None else keys.DATA[type]).range()
     for key, value in tr.get_range(r.start, r.stop):
         t, job_id = keys.DATA.unpack(key)
-        try:
-            row = decode_row(value, f"the row of job {t}/{job_id}")
-        except StoreError as exc:
-            if unreadable is None:
-                raise
-            unreadable.append((t, job_id, str(exc)))
-            continue
-        yield t, job_id, row
+        row = decode(value, t, job_id, unreadable)
+        if row is not UNREADABLE:
+            yield t, job_id, row
 
 
 def active_ids(tr, type: str) -> list[str]:

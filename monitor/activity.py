@@ -173,7 +173,7 @@ class ActivityMonitor:
             total += count
             if found:
                 _say_reenqueued(type, found)
-            self.unreadable.say(type, unreadable, "re-enqueued")
+            self.unreadable.say(unreadable, "re-enqueued")
             if not more:
                 return total
             self._batch.full()

@@ -78,9 +78,9 @@ class Unreadable:
     def __init__(self):
         self.jobs: set[tuple[str, str]] = set()
 
-    def say(self, type: str, found: list[tuple[str, str]], doing: str) -> None:
-        """Log the jobs of ``found`` (``(id, error)``) not logged yet, as not ``doing``."""
-        for job_id, error in found:
+    def say(self, found: list[tuple[str, str, str]], doing: str) -> None:
+        """Log the jobs of ``found`` (``(type, id, error)``) not logged yet, as not ``doing``."""
+        for type, job_id, error in found:
             if (type, job_id) not in self.jobs:
                 self.jobs.add((type, job_id))
                 log.error("%s: not %s, left as it is until the row is written again", error, doing)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import random
 import time
 
-from jobs import finished as finished_index
 from jobs import pruning
 from jobs.engine.transactional import run
 from jobs.finished import KINDS, backfill
@@ -77,7 +76,7 @@ class Pruner:
         """One type's share of a pass: how many jobs it removed, and whether more may be due."""
         passed_over: list = []
         run(self.db, backfill, type, pruning.BACKFILL_PAGE, passed_over)  # (set_retention may start it over)
-        self.unreadable.say(type, passed_over, "pruned")
+        self.unreadable.say(passed_over, "pruned")
         now, total, behind = time.time(), 0, False
         for kind in KINDS:
             period = retention.period(kind)
@@ -95,14 +94,14 @@ class Pruner:
         that followed another's batches would catch it up and conflict from then on."""
         done, start, from_oldest = 0, 0, not self.behind
         while start < bound:
-            since = None if from_oldest else self._spread(type, kind, up_to)
+            spread = None if from_oldest else _random()
             passed_over: list = []
-            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start), since,
+            ids, more = pruning.prune_page(self.db, type, kind, up_to, min(self.batch, bound - start), spread,
                                            passed_over)
-            self.unreadable.say(type, passed_over, "pruned")
+            self.unreadable.say(passed_over, "pruned")
             done += len(ids)
             if not more:
-                if since is None:
+                if spread is None:
                     return done, False
                 start += len(ids)  # (a short batch from a random point: the older entries next, at once)
                 from_oldest = True
@@ -111,8 +110,3 @@ class Pruner:
             if _clock() >= until:
                 break
         return done, True
-
-    def _spread(self, type: str, kind: str, up_to: float) -> float | None:
-        """A random point between the oldest and the newest due entry (None: none due)."""
-        span = run(self.db, finished_index.due_span, type, kind, up_to)
-        return None if span is None else span[0] + _random() * (span[1] - span[0])

@@ -125,7 +125,7 @@ def test_the_backfill_passes_over_a_row_that_cannot_be_read(db):
     passed_over = []
     assert run(db, finished.backfill, T, 100, passed_over) is True
     assert indexed(db) == {"a": "finished", "c": "finished"}
-    assert [job_id for job_id, _error in passed_over] == ["b"] and f"{T}/b" in passed_over[0][1]
+    assert [(t, job_id) for t, job_id, _error in passed_over] == [(T, "b")] and f"{T}/b" in passed_over[0][2]
 
 
 @pytest.mark.parametrize("unknown", [1.0])
