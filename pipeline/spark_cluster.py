@@ -24,6 +24,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,9 +66,27 @@ def spark_home() -> str:
 
 def free_port() -> int:
     """A TCP port free on loopback now (the daemon binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on loopback now.  All are held open until the last is
+    chosen: ports asked for one after the other may be the same one (the kernel is free to
+    hand a port it just got back out again), and a daemon then gives one of its services
+    the next port instead."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def bound_port(log_text: str, service: str) -> int | None:
+    """The port a Spark daemon's log says ``service`` started on, or None before it did.
+    Spark tries the next port when the one asked for is taken (``spark.port.maxRetries``),
+    so the port asked for is not necessarily the one bound."""
+    found = re.findall(rf"Successfully started service '{re.escape(service)}' on port (\d+)", log_text)
+    return int(found[-1]) if found else None
 
 
 def _wait(condition, daemons, deadline: float, what: str):
@@ -99,12 +118,15 @@ class Daemon:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def log_tail(self, lines: int = 25) -> str:
+    def log_text(self) -> str:
         try:
             with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
+                return f.read()
         except OSError as exc:
             return f"(no log: {exc})"
+
+    def log_tail(self, lines: int = 25) -> str:
+        return "".join(self.log_text().splitlines(keepends=True)[-lines:])
 
     def stop(self, grace: float = GRACE) -> None:
         """SIGTERM the process's session (the JVM and what it started), SIGKILL after
@@ -174,17 +196,16 @@ class LocalSparkCluster(_Started):
         self.workdir, self.daemons = os.path.abspath(workdir), []
         self.env = _prepare(self.workdir)
         spark_class = os.path.join(self.env["SPARK_HOME"], "bin", "spark-class")
-        port, ui = free_port(), free_port()
+        port, ui, worker_port, worker_ui = free_ports(4)
         try:
             self.daemons.append(Daemon("master", [
                 spark_class, "org.apache.spark.deploy.master.Master",
                 "--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui),
             ], self.env, os.path.join(self.workdir, "master.log")))
-            self.ui_url = f"http://{LOOPBACK}:{ui}"
-            self.master_url = _wait(lambda: self._status().get("url"), self.daemons, deadline, "Spark master")
+            self.master_url = _wait(self._master_url, self.daemons, deadline, "Spark master")
             self.daemons.append(Daemon("worker", [
                 spark_class, "org.apache.spark.deploy.worker.Worker",
-                "--host", LOOPBACK, "--port", str(free_port()), "--webui-port", str(free_port()),
+                "--host", LOOPBACK, "--port", str(worker_port), "--webui-port", str(worker_ui),
                 "--cores", str(cores), "--memory", memory,
                 "--work-dir", os.path.join(self.workdir, "work"), self.master_url,
             ], self.env, os.path.join(self.workdir, "worker.log")))
@@ -192,6 +213,15 @@ class LocalSparkCluster(_Started):
         except BaseException:
             self.stop()
             raise
+
+    def _master_url(self) -> str | None:
+        """The master's ``spark://`` URL once its web UI answers (the UI's port read from
+        the master's log), else None."""
+        ui = bound_port(self.daemons[0].log_text(), "MasterUI")
+        if ui is None:
+            return None
+        self.ui_url = f"http://{LOOPBACK}:{ui}"
+        return self._status().get("url")
 
     def _status(self) -> dict:
         try:

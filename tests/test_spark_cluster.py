@@ -124,6 +124,27 @@ def test_spark_backends_are_named():
             pass
 
 
+def test_the_ports_given_to_the_daemons_are_distinct():
+    # CI once gave the master's RPC and web UI the same port (two free ports asked for one
+    # after the other): the UI moved to the next port and the start-up polled the RPC port.
+    from pipeline.spark_cluster import free_ports
+
+    for _ in range(20):
+        ports = free_ports(4)
+        assert len(set(ports)) == 4
+
+
+def test_the_master_ui_is_found_on_the_port_spark_bound_not_the_one_asked_for():
+    from pipeline.spark_cluster import bound_port
+
+    log = ("INFO Utils: Successfully started service 'sparkMaster' on port 38629.\n"
+           "WARN Utils: Service 'MasterUI' could not bind on port 38629. Attempting port 38630.\n"
+           "INFO Utils: Successfully started service 'MasterUI' on port 38630.\n")
+    assert bound_port(log, "MasterUI") == 38630
+    assert bound_port(log, "sparkMaster") == 38629
+    assert bound_port(log.split("WARN")[0], "MasterUI") is None  # not started yet
+
+
 # --- on a real Spark ---------------------------------------------------------------------------
 
 
