@@ -99,9 +99,11 @@ class ActivityMonitor:
             kept.discard(type)
             return 0
         self._migrate(type)
-        self._count(type)
+        # (re-enqueues first: counting an old store's rows stops at a row it cannot read
+        # until that job is removed, and must not hold them up meanwhile)
         reenqueued = self._check_type(type, timeout)
         self._prune_rates(type)
+        self._count(type)
         return reenqueued
 
     def _check_type(self, type: str, timeout: float) -> int:

@@ -18,6 +18,7 @@ from jobs.engine.counting import CountingDatabase
 from jobs.engine.transactional import run
 from monitor import ActivityMonitor
 from monitor.retention import Pruner
+from waiting import wait_until
 
 T = "counted"
 FIELDS = ("pending", "due", "due_asap", "running", "finished", "failed", "bands")
@@ -243,3 +244,30 @@ def test_every_kind_of_transaction_spreads_over_every_shard(db):
     for label, shards in used.items():
         assert set(shards) == set(range(counts.SHARDS)), label
         assert min(shards.values()) >= n / counts.SHARDS / 2, (label, shards)
+
+
+def test_counting_an_old_store_waits_at_a_row_it_cannot_read_and_holds_no_re_enqueue_up(db):
+    """The count cannot say what such a row's job is: it stops there, the type's pass
+    fails (naming the job and how to remove it), and its dead workers' jobs are still
+    re-enqueued.  Once the job is removed, the count goes on and is exact."""
+    jobs.set_type_timeout(db, T, 1)
+    jobs.add(db, T, "a")
+    assert jobs.accept(db, T, timeout=0).id == "a"  # (its worker dies)
+    for job_id in ("bad", "z"):
+        jobs.add(db, T, job_id)
+    _as_layout_4(db)
+    jobs.add(db, T, "upgrades")
+    db[keys.data_key(T, "bad")] = b"not a row"
+    monitor = ActivityMonitor(db, [T])
+
+    def reenqueued() -> bool:
+        with pytest.raises(jobs.StoreError, match=f"{T}/bad .*remove --unreadable"):
+            monitor.check()
+        return jobs.get_job_state(db, T, "a") == "pending"
+
+    assert wait_until(reenqueued)
+    assert db.get(keys.recount_key(T)) is not None
+    assert jobs.remove_unreadable(db, T, "bad")["queue_entries"] == 1
+    monitor.check()
+    assert db.get(keys.recount_key(T)) is None
+    assert assert_counted(db)["pending"] == 3
