@@ -47,6 +47,7 @@ from .api import (
 )
 from .engine import transactional
 from .pruning import prune
+from .repair import remove_unreadable
 from .retention import Retention, clear_retention, get_retention, set_retention
 from .limits import Limits, Rate, clear_limits, get_limits, set_limits
 from .errors import (
@@ -104,6 +105,8 @@ __all__ = [
     "clear_retention",
     "prune",
     "Retention",
+    # repair
+    "remove_unreadable",
     # queue controls
     "pause",
     "resume",

@@ -46,6 +46,7 @@ def _incomplete(user_version: int) -> Versionstamp:
 
 
 UNREADABLE = object()  # what ``decode`` returns, given ``unreadable``, for a row it cannot read
+REMEDY = "jobs.remove_unreadable, or 'jobs remove --unreadable', removes such a job"
 
 
 def get(tr, type: str, job_id: str, unreadable: list | None = None):
@@ -64,9 +65,10 @@ def decode(raw: bytes | None, type: str, job_id: str, unreadable: list | None = 
     try:
         return decode_row(raw, f"the row of job {type}/{job_id}")
     except StoreError as exc:
+        error = f"{exc} ({REMEDY})"
         if unreadable is None:
-            raise
-        unreadable.append((type, job_id, str(exc)))
+            raise StoreError(error) from exc
+        unreadable.append((type, job_id, error))
         return UNREADABLE
 
 

@@ -77,9 +77,12 @@ def _add_job_commands(command) -> None:
     p.add_argument("--key", metavar="KEY",
                    help="its job key (a tenant, say): each key's jobs wait in their own queue and the keys take "
                         "turns, under the type's per-key limits ('jobs set-limits'; default: no key)")
-    for name, run, help in (("remove", cmd_remove, "remove a job in any state (its worker gets Halt)"),
-                            ("show", cmd_show, "a job's state, data and scheduled time")):
-        _job_arguments(command(name, run, help))
+    p = command("remove", cmd_remove, "remove a job in any state (its worker gets Halt)")
+    _job_arguments(p)
+    p.add_argument("--unreadable", action="store_true",
+                   help="the job's row cannot be read (damaged): find the keys that name the job by reading "
+                        "the type's queues, and remove them with the row")
+    _job_arguments(command("show", cmd_show, "a job's state, data and scheduled time"))
     p = command("list", cmd_list, "list jobs (decodes every job of the type: see status for counts)")
     p.add_argument("type", metavar="TYPE", nargs="?")
     p.add_argument("--state", choices=STATES)

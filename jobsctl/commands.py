@@ -39,6 +39,9 @@ def cmd_add(args):
 
 def cmd_remove(args):
     with open_store(args, create=False) as db:
+        if args.unreadable:
+            found = jobs.remove_unreadable(db, args.type, args.id)
+            return {"removed": {"type": args.type, "id": args.id}, "found": found}
         jobs.remove(db, args.type, args.id)
     return {"removed": {"type": args.type, "id": args.id}}
 

@@ -228,11 +228,22 @@ def say(args, line: str, err: bool = False) -> None:
         print(line, file=sys.stderr if err else sys.stdout, flush=True)
 
 
+def human_found(found: dict | None) -> str:
+    """What ``remove --unreadable`` found naming the job, after "removed TYPE/ID"."""
+    if found is None:
+        return ""
+    n = found["queue_entries"]
+    parts = [f"{n} queue entr{'y' if n == 1 else 'ies'}",
+             f"running, {found['slots']} running slot(s)" if found["running"] else "not running",
+             f"{found['finished']} in the finished index" if found["finished"] else "not in the finished index"]
+    return f" (its row could not be read; it had {', '.join(parts)})"
+
+
 # command -> text for people from the command's JSON document
 HUMAN = {
     "add": human_job,
     "show": human_job,
-    "remove": lambda d: printable(f"removed {d['removed']['type']}/{d['removed']['id']}"),
+    "remove": lambda d: printable(f"removed {d['removed']['type']}/{d['removed']['id']}" + human_found(d.get("found"))),
     "list": lambda docs: human_failed(docs) if docs and docs[0].get("failed") is True else human_jobs(docs),
     "retry": lambda d: printable(f"retried {d['retried']} failed job(s) of {d['type']}"),
     "discard": lambda d: printable(f"discarded {d['discarded']['type']}/{d['discarded']['id']}"),

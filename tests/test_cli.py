@@ -212,7 +212,8 @@ def test_list_shows_the_jobs_it_can_read_and_names_the_others(capsys, url, db, a
     db[keys.data_key("t", "p")] = b"not a row"
     code, out, err = run(capsys, "--store", url, "list", *(["--json"] if as_json else []))
     assert code == 1 and err.splitlines() == ["jobs: error: the row of job t/p is corrupt: Unknown data type in DB: "
-                                              "b'not a row'"]
+                                              "b'not a row' (jobs.remove_unreadable, or 'jobs remove --unreadable', "
+                                              "removes such a job)"]
     ids = [d["id"] for d in orjson.loads(out)] if as_json else [line.split()[1] for line in out.splitlines()[1:]]
     assert ids == ["f", "r", "x"]
 
@@ -227,6 +228,26 @@ def test_remove(capsys, url, db):
     assert jobs.get_jobs(db) == []
     code, _, err = run(capsys, "--store", url, "show", "t", "a")
     assert code == 1 and err == "jobs: error: job t/a not found\n"
+
+
+def test_remove_a_job_whose_row_cannot_be_read(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    for job_id in ("a", "b", "c"):
+        jobs.add(db, "t", job_id)
+    for job_id in ("a", "b"):
+        db[keys.data_key("t", job_id)] = b"not a row"
+    code, _, err = run(capsys, "--store", url, "remove", "t", "a")
+    assert code == 1 and "the row of job t/a is corrupt" in err and "'jobs remove --unreadable'" in err
+    code, out, _ = run(capsys, "--store", url, "remove", "--unreadable", "t", "a")
+    assert code == 0 and out == ("removed t/a (its row could not be read; it had 1 queue entry, not running, "
+                                 "not in the finished index)\n")
+    assert run_json(capsys, "--store", url, "remove", "t", "b", "--unreadable") == {
+        "removed": {"type": "t", "id": "b"},
+        "found": {"queue_entries": 1, "running": False, "slots": 0, "finished": None}}
+    code, _, err = run(capsys, "--store", url, "remove", "--unreadable", "t", "c")
+    assert code == 1 and err == ("jobs: error: the row of job t/c can be read: remove it with jobs.remove "
+                             "('jobs remove' without --unreadable)\n")
+    assert [info.id for info in jobs.get_jobs(db)] == ["c"] and jobs.pending_count(db, "t") == 1
 
 
 def test_gc_deletes_trash_older_than_the_grace_period(capsys, url, db, tmp_path):
