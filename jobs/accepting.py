@@ -241,9 +241,10 @@ class AcceptCall:
         tally = counts.Tally()
         for job_id, future in zip(ids, futures):
             row = rows.decode(value_of(future), self.type, job_id, self._new_unreadable)
-            if row is rows.UNREADABLE:  # nothing can run it: off the queue, named (left in place, it
-                admission.drop(job_id)  # would be picked first by every accept, and stop them all)
-                continue
+            if row is rows.UNREADABLE:  # nothing can run it: off the queue (left in place, it would be
+                admission.drop(job_id)  # picked first by every accept, and stop them all), named, and
+                tally.changed(tr, self.type, job_id, "finished", 1)  # counted as ended, as remove_unreadable
+                continue  # counts a job with no key but its row
             if row is None or row.state != "pending":
                 admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it
@@ -258,8 +259,8 @@ class AcceptCall:
                              stamp=False)
             tally.changed(tr, self.type, job_id, "running", 1)
             taken.append((job_id, row))
+        tally.write(tr)
         if taken:  # (once for the batch)
-            tally.write(tr)
             rows.bump_activity(tr, self.type)
         return taken
 

@@ -23,7 +23,7 @@ import anyio.lowlevel
 from anyio.lowlevel import RunVar
 import anyio.to_thread
 
-from . import api, checks, limits, pruning, retention, subscriptions
+from . import api, checks, limits, pruning, repair, retention, subscriptions
 from .accepting import AcceptCall
 from .errors import Halt
 from .job import Job
@@ -55,6 +55,7 @@ __all__ = [
     "prune",
     "release",
     "remove",
+    "remove_unreadable",
     "resubmit",
     "resume",
     "set_limits",
@@ -118,6 +119,7 @@ set_retention = _twin(retention.set_retention)
 get_retention = _twin(retention.get_retention)
 clear_retention = _twin(retention.clear_retention)
 prune = _twin(pruning.prune)
+remove_unreadable = _twin(repair.remove_unreadable)
 set_limits = _twin(limits.set_limits)
 get_limits = _twin(limits.get_limits)
 clear_limits = _twin(limits.clear_limits)

@@ -42,6 +42,7 @@ EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscri
 EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls (issue 14)
 EXTRA |= {"add_many", "NewJob"}  # bulk add (issue 17)
 EXTRA |= {"read_ahead", "finish_many"}  # a batch of finishes in one round trip (issue 17)
+EXTRA |= {"remove_unreadable"}  # a job whose row cannot be read
 
 
 def test_exported_names():

@@ -6,15 +6,17 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import time
 import uuid
 
 import pytest
 
 import jobs
-from jobs import keys
+from jobs import counts, keys
 from jobs.checks import MAX_TIME
 from jobs.codec import DATA_LIMIT
 from jobs.engine import tuple as fdb_tuple
+from jobs.engine.transactional import run
 from jobs.engine.urls import open_database
 from stored import add_unchecked
 from stored import snapshot as store_snapshot
@@ -353,7 +355,8 @@ def test_a_corrupt_row_is_a_store_error(db):
 
 def test_a_pending_job_whose_row_cannot_be_read_is_taken_off_the_queue(db, caplog):
     """Not a stop for every worker of the type: an accept takes it off the queue unrun,
-    logs it once, leaves its row as it is, and takes the next job."""
+    logs it once, leaves its row as it is (counted as ended, finished: it will not run),
+    and takes the next job."""
     jobs.set_type_timeout(db, T, 30)
     for job_id in ("bad", "good"):
         jobs.add(db, T, job_id)
@@ -362,6 +365,7 @@ def test_a_pending_job_whose_row_cannot_be_read_is_taken_off_the_queue(db, caplo
         taken = [jobs.accept(db, T, timeout=0) for _ in range(3)]
     assert [job.id for job in taken if job is not None] == ["good"]
     assert jobs.pending_count(db, T) == 0 and db[keys.data_key(T, "bad")] == b"\x99not a tuple"
+    assert run(db, counts.read, T, time.time()) == counts.Counts(1, 1, 0, {})  # (good running, bad ended)
     said = [r.getMessage() for r in caplog.records if "t/bad" in r.getMessage()]
     assert len(said) == 1 and "taken off the queue" in said[0]
 

@@ -155,7 +155,7 @@ def test_an_entry_taken_meanwhile_is_not_counted_out_twice(db, monkeypatch):
     monkeypatch.setattr(repair, "_look", look_then_accept)
     assert jobs.remove_unreadable(db, T, "j")["queue_entries"] == 0  # (found, but gone when removing)
     assert jobs.pending_count(db, T) == 1 and "j" not in {info.id for info in jobs.get_jobs(db, T)}
-    assert run(db, counts.read, T, time.time()).bands == {0: (1, 0, 0)}  # (k, not yet due)
+    assert run(db, counts.read, T, time.time()) == counts.Counts(0, 0, 0, {0: (1, 0, 0)})  # (k, not yet due)
 
 
 def test_bad_calls_write_nothing(db):
