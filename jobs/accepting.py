@@ -241,10 +241,13 @@ class AcceptCall:
         tally = counts.Tally()
         for job_id, future in zip(ids, futures):
             row = rows.decode(value_of(future), self.type, job_id, self._new_unreadable)
-            if row is rows.UNREADABLE:  # nothing can run it: off the queue (left in place, it would be
-                admission.drop(job_id)  # picked first by every accept, and stop them all), named, and
-                tally.changed(tr, self.type, job_id, "finished", 1)  # counted as ended, as remove_unreadable
-                continue  # counts a job with no key but its row
+            if row is rows.UNREADABLE:
+                # Nothing can run it: off the queue (left there, every accept would pick it
+                # first and stop), named, and counted as ended (finished): what
+                # remove_unreadable counts out for a job with no key but its row.
+                admission.drop(job_id)
+                tally.changed(tr, self.type, job_id, "finished", 1)
+                continue
             if row is None or row.state != "pending":
                 admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it
