@@ -9,7 +9,8 @@ pyspark distribution (no separate Spark download), for the tests and ``make demo
 Everything listens on 127.0.0.1 (web UIs included: Spark binds them to ``SPARK_LOCAL_IP``)
 on ports chosen free; logs, the generated Spark configuration and the worker's directory
 are kept in ``workdir``.  Start-up waits on a condition (the master reports the worker
-alive; the Connect server accepts connections) up to ``deadline`` seconds and fails early,
+alive; the Connect server accepts connections; each on the port its log says it bound,
+which Spark moves on when the one asked for is taken) up to ``deadline`` seconds and fails early,
 with the log's tail, if a process exits.  Each process runs in a session of its own, so
 ``stop`` (SIGTERM, then SIGKILL after a grace period) reaches the executors the worker
 started too; an ``atexit`` hook stops whatever is still running when the interpreter exits.
@@ -42,6 +43,7 @@ DEADLINE = 180.0  # seconds a start-up may take (JVMs start slowly on a loaded 2
 GRACE = 30.0  # seconds a stopped process gets before SIGKILL
 LOOPBACK = "127.0.0.1"
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_SERVICE = "org.apache.spark.sql.connect.service.SparkConnectService"  # (the name its log gives it)
 # What an application of the local cluster asks for: one core and a modest executor, so
 # that several processors share a small worker.
 APP_DEFAULTS = {"spark.cores.max": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m"}
@@ -258,6 +260,7 @@ class ConnectServer(_Started):
         settings = {
             "spark.connect.grpc.binding.address": LOOPBACK,
             "spark.connect.grpc.binding.port": self.port,
+            "spark.connect.grpc.port.maxRetries": 16,  # (as Spark's other services: the next port if taken)
             "spark.ui.enabled": "false",
             "spark.driver.host": LOOPBACK,
             "spark.driver.bindAddress": LOOPBACK,
@@ -270,18 +273,24 @@ class ConnectServer(_Started):
             argv += ["--conf", f"{key}={value}"]
         try:
             self.daemons.append(Daemon("connect", argv, env, os.path.join(self.workdir, "connect.log")))
-            _wait(self._accepts, self.daemons, deadline, "Spark Connect server")
+            self.port = _wait(self._serving, self.daemons, deadline, "Spark Connect server")
         except BaseException:
             self.stop()
             raise
         self.url = f"sc://{LOOPBACK}:{self.port}"
 
-    def _accepts(self) -> bool:
+    def _serving(self) -> int | None:
+        """The port the server's log says it bound, once it accepts connections there;
+        None before.  (Not the port asked for: taken meanwhile, Spark binds the next one,
+        and a connection to the one asked for would reach whatever took it.)"""
+        port = bound_port(self.daemons[0].log_text(), CONNECT_SERVICE)
+        if port is None:
+            return None
         try:
-            with socket.create_connection((LOOPBACK, self.port), timeout=2):
-                return True
+            with socket.create_connection((LOOPBACK, port), timeout=2):
+                return port
         except OSError:
-            return False
+            return None
 
     def client_env(self) -> dict[str, str]:
         """Environment for processes whose Spark sessions should be this server's clients."""

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -86,6 +87,13 @@ def print_renewal() -> None:
     pspark.CONNECT_PROBE_AFTER = 0.0
     second = pspark.spark_session()
     print(json.dumps({"renewed": second is not first, "answer": second.sql("SELECT 41 + 1 AS x").first()["x"]}))
+
+
+def print_answer() -> None:
+    """Print (JSON) what this process's Connect session answers to a query."""
+    from pipeline import spark as pspark
+
+    print(json.dumps({"answer": pspark.spark_session().sql("SELECT 41 + 1 AS x").first()["x"]}))
 
 
 def _row(i):
@@ -303,3 +311,27 @@ def test_spark_connect_judges_ctas_queries_as_local_mode_does(spark_connect, sto
 
 def test_a_connect_session_the_server_closed_is_replaced(spark_connect, tmp_path):
     assert on_connect(spark_connect, "print_renewal()", tmp_path) == {"renewed": True, "answer": 42}
+
+
+def test_a_connect_server_whose_port_was_taken_is_found_on_the_port_it_bound(tmp_path, monkeypatch):
+    """The port chosen for the server can be taken before the server binds it (CI once had
+    the master's web UI land on its RPC port that way): Spark then binds the next one, and
+    the server is looked for there, not on the taken one, which accepts connections too."""
+    from conftest import _unavailable
+    from pipeline import spark as pspark
+    from pipeline import spark_cluster
+    from pipeline.errors import SparkUnavailable
+
+    with socket.socket() as taken:
+        taken.bind((spark_cluster.LOOPBACK, 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        monkeypatch.setattr(spark_cluster, "free_port", lambda: held)
+        try:
+            pspark.check_connect_client()
+            server = spark_cluster.ConnectServer(str(tmp_path / "connect"), master="local[1]")
+        except SparkUnavailable as exc:
+            _unavailable("a Spark Connect server", exc)
+        with server:
+            assert server.port != held and server.url == f"sc://127.0.0.1:{server.port}"
+            assert on_connect(server, "print_answer()", tmp_path) == {"answer": 42}
