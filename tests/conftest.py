@@ -167,6 +167,12 @@ def _unavailable(what: str, exc: BaseException):
     pytest.skip(f"{what} cannot start here: {exc}")
 
 
+@pytest.fixture
+def spark_unavailable():
+    """What a test that starts a Spark of its own calls when it cannot start (skip or fail)."""
+    return _unavailable
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A Spark standalone master and one worker (1 core, 1 GiB) on loopback for the whole

@@ -313,11 +313,11 @@ def test_a_connect_session_the_server_closed_is_replaced(spark_connect, tmp_path
     assert on_connect(spark_connect, "print_renewal()", tmp_path) == {"renewed": True, "answer": 42}
 
 
-def test_a_connect_server_whose_port_was_taken_is_found_on_the_port_it_bound(tmp_path, monkeypatch):
+def test_a_connect_server_whose_port_was_taken_is_found_on_the_port_it_bound(tmp_path, monkeypatch,
+                                                                            spark_unavailable):
     """The port chosen for the server can be taken before the server binds it (CI once had
     the master's web UI land on its RPC port that way): Spark then binds the next one, and
     the server is looked for there, not on the taken one, which accepts connections too."""
-    from conftest import _unavailable
     from pipeline import spark as pspark
     from pipeline import spark_cluster
     from pipeline.errors import SparkUnavailable
@@ -331,7 +331,7 @@ def test_a_connect_server_whose_port_was_taken_is_found_on_the_port_it_bound(tmp
             pspark.check_connect_client()
             server = spark_cluster.ConnectServer(str(tmp_path / "connect"), master="local[1]")
         except SparkUnavailable as exc:
-            _unavailable("a Spark Connect server", exc)
+            spark_unavailable("a Spark Connect server", exc)
         with server:
             assert server.port != held and server.url == f"sc://127.0.0.1:{server.port}"
             assert on_connect(server, "print_answer()", tmp_path) == {"answer": 42}
