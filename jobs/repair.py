@@ -115,10 +115,11 @@ def _remove(tr, type: str, job_id: str, found: Found) -> Found:
     its slots a running job's, and a job that is neither is a finished one (``finished.leave``
     then drops its entry, if it has one, and counts it out).  What it removed."""
     name = job_id.encode()
-    queue = [k for k, f in [(k, tr.get(k)) for k in found.queue] if value_of(f) is not None]
-    activity = [k for k, f in [(k, tr.get(k)) for k in found.activity] if value_of(f) == name]
-    slots = [k for k, f in [(k, tr.get(k)) for k in found.slots] if value_of(f) == name]
+    reads = [(k, tr.get(k)) for k in found.queue + found.activity + found.slots]  # (together: one round trip)
     entry = finished_index.entry_of(tr, type, job_id)
+    now = {k: value_of(f) for k, f in reads}
+    queue = [k for k in found.queue if now[k] is not None]
+    activity, slots = ([k for k in keys_found if now[k] == name] for keys_found in (found.activity, found.slots))
     made = list(dict.fromkeys(_pending_row(k) for k in queue))  # (a band-0 entry's row clears its legacy one too)
     if activity:
         _type, seq = keys.ACTIVITY.unpack(activity[0])

@@ -83,4 +83,4 @@ class Unreadable:
         for type, job_id, error in found:
             if (type, job_id) not in self.jobs:
                 self.jobs.add((type, job_id))
-                log.error("%s: not %s, left as it is until the row is written again", error, doing)
+                log.error("%s: not %s, left as it is", error, doing)  # (the error says how to remove it)

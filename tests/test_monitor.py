@@ -201,18 +201,21 @@ def test_a_type_that_fails_does_not_hold_the_others_up(db, monkeypatch):
 
     monkeypatch.setattr(activity, "reenqueue_inactive", failing_for_a)
     monitor = ActivityMonitor(db)
-    failures = []
+    raised = []  # what each pass raised (None: nothing)
 
     def check() -> bool:
+        raised.append(None)
         try:
             monitor.check()
         except RuntimeError as exc:
-            failures.append(exc)
+            raised[-1] = exc
         return jobs.get_job_state(db, "b", "j") == "pending"
 
     assert wait_until(check)
-    assert len(failures) == 1  # (b's job went in the pass where a's failed)
-    assert "(activity monitor: type 'a')" in failures[0].__notes__
+    # b's job went in a pass where a's failed (not always the first: a's samples are taken
+    # a moment before b's, so a pass may find a's due and b's not yet)
+    assert raised[-1] is not None
+    assert all("(activity monitor: type 'a')" in exc.__notes__ for exc in raised if exc is not None)
     assert monitor.reenqueued == 1 and jobs.get_job_state(db, "a", "j") == "running"
 
 
