@@ -7,35 +7,58 @@ import threading
 
 from .errors import StoreFileError
 
+BUSY_TIMEOUT_MS = 30_000  # a connection's wait for SQLite's locks (store.py sets it)
+
 
 class Checkpointer:
-    """Copies the write-ahead log back into the store file on a thread of its own.
+    """Copies the write-ahead log back into the store file on a thread of its own, and
+    starts the log over once it is long.
 
-    SQLite does it inside a commit once the log holds 1000 pages (``wal_autocheckpoint``),
-    under the write lock, for milliseconds (fsyncs): every few hundred commits one commit
-    stalls every writer, which is the tail of job latency.  Here commits leave it to this
-    thread, which runs a PASSIVE checkpoint (it blocks neither writers nor readers) after
-    every ``EVERY`` commits of this process (as many as SQLite's default: a one-write commit
-    adds a page; waking the thread costs the committing thread a switch, so not more
-    often).  The in-commit checkpoint stays as a safety net, at ``SAFETY_PAGES``, for a
-    store written by many processes of few commits each."""
+    SQLite does the copying inside a commit once the log holds 1000 pages
+    (``wal_autocheckpoint``), under the write lock, for milliseconds (fsyncs): every few
+    hundred commits one commit stalls every writer, which is the tail of job latency.  Here
+    commits leave it to this thread, which runs a PASSIVE checkpoint (it blocks neither
+    writers nor readers) once this process's commits have made ``EVERY`` writes (as many as
+    SQLite's default pages: a write adds a page at most; waking the thread costs the
+    committing thread a switch, so not more often).  The in-commit checkpoint stays as a safety net, at
+    ``SAFETY_PAGES``, for a store written by many processes of few commits each.
+
+    Copying does not shorten the log: SQLite writes it from its start again only when a
+    write begins with the whole log copied and no reader in it, which busy writers beside
+    a PASSIVE checkpoint never leave, so the log grew to ``SAFETY_PAGES`` (80 MB).  So once
+    it holds ``RESTART_PAGES``, this thread takes the store's write lock (no commit
+    adds pages meanwhile; a committer that finds the lock taken ends its read snapshot
+    before it waits: ``store._WriteLock.acquire``) and runs a RESTART checkpoint, which
+    copies the rest and waits, ``RESTART_WAIT_MS`` at most, for the readers still in the
+    log (snapshots begun since read the store file); the next write starts the log over,
+    and cuts its file to ``RESTART_PAGES`` (``journal_size_limit``).  A restart that found
+    readers waiting longer is tried again once the log has grown ``RESTART_PAGES`` more,
+    so a reader that holds its snapshot long stalls commits a few times, not every round."""
 
     EVERY = 1000
     SAFETY_PAGES = 20_000  # ~80 MB of log
+    RESTART_PAGES = 4_000  # ~16 MB of log
+    RESTART_WAIT_MS = 20
+    LOG_LIMIT_BYTES = RESTART_PAGES * 4096  # (pages of SQLite's default size, the store's)
 
     def __init__(self, db):
         self._db = db
-        self._commits = 0
+        self._writes = 0
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._restart_at = self.RESTART_PAGES  # log pages at which to try the next restart
         self.rounds = 0  # checkpoints run (for tests and curious people)
+        self.restarts = 0  # of them, restarts of the log (it was RESTART_PAGES or longer)
+        self.restarts_busy = 0  # restarts given up: a reader stayed in the log
 
-    def committed(self) -> None:
-        self._commits += 1  # (unlocked: an approximate count is enough)
-        if self._commits >= self.EVERY:
-            self._commits = 0
+    def committed(self, writes: int = 1) -> None:
+        """A commit of ``writes`` mutations: each writes a page of the log at most, so a
+        round comes every ``EVERY`` pages or sooner (a batch's writes share pages)."""
+        self._writes += writes  # (unlocked: an approximate count is enough)
+        if self._writes >= self.EVERY:
+            self._writes = 0
             with self._lock:
                 if self._closed:
                     return
@@ -56,12 +79,29 @@ class Checkpointer:
                 if self._closed:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     self.rounds += 1
+                    if log >= self._restart_at:
+                        self._restart(conn)
                 except sqlite3.DatabaseError:
                     pass  # (another process is checkpointing; the next round catches up)
         finally:
             conn.close()
+
+    def _restart(self, conn) -> None:
+        """A RESTART checkpoint under the store's write lock (see the class)."""
+        conn.execute(f"PRAGMA busy_timeout = {self.RESTART_WAIT_MS}")
+        try:
+            with self._db._write_lock():
+                busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if busy:
+            self.restarts_busy += 1
+            self._restart_at = max(log, self._restart_at) + self.RESTART_PAGES  # (log -1: another one's)
+        else:
+            self.restarts += 1
+            self._restart_at = self.RESTART_PAGES
 
     def close(self) -> None:
         with self._lock:

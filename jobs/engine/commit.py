@@ -179,14 +179,19 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
     ``conn`` may still hold the transaction's read snapshot (at ``read_version``): when no
     commit came since, that SQLite transaction becomes the write one (its first write takes
     SQLite's write lock), which saves ending it and beginning another; else it is ended
-    here, before the log is applied in a transaction of its own."""
+    here, before the log is applied in a transaction of its own.  It is ended before
+    waiting for the write lock too (another commit holds it, and will make the snapshot
+    stale): a snapshot held meanwhile would keep the checkpointer, which takes that lock to
+    start the write-ahead log over, waiting for it (``checkpoints.py``)."""
     history = db._history
     # (before the lock, what does not need it: ending a snapshot that a commit since has
     # made stale, and the write ranges but those of versionstamped keys)
     if conn.in_transaction and not history.quiet_since(read_version):
         conn.execute("COMMIT")
     ranges, stamped = write_ranges(log, no_conflict, extra_writes)
-    with db._write_lock():
+    # (a snapshot is ended before waiting for another commit: see _WriteLock.acquire)
+    writer = db._write_lock().acquire(conn.commit if conn.in_transaction else None)
+    try:
         version = history.begin()
         if conn.in_transaction and version != read_version:  # (a commit since: a stale snapshot)
             conn.execute("COMMIT")
@@ -207,6 +212,8 @@ def commit_log(db, conn, read_version: int | None, reads, log: list, no_conflict
             history.settle(version)  # (it may have happened: it counts as done)
             raise
         history.settle(version, ceiling)
+    finally:
+        writer.release()
     return version, stamp
 
 

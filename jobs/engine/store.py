@@ -14,7 +14,7 @@ import weakref
 
 from . import errors as E, memory_dirs
 from .atomic import sql_atomic
-from .checkpoints import Checkpointer
+from .checkpoints import BUSY_TIMEOUT_MS, Checkpointer
 from .errors import FDBError, StoreFileError
 from .fdbapi import KeyValue
 from .history import History
@@ -116,9 +116,11 @@ class EmbeddedDatabase:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             conn.execute(f"PRAGMA synchronous = {self._sync}")
-            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA cache_size = -16000")
             conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.SAFETY_PAGES}")
+            # (a log started over is cut to this size by the next write: checkpoints.py)
+            conn.execute(f"PRAGMA journal_size_limit = {Checkpointer.LOG_LIMIT_BYTES}")
             conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
         except sqlite3.DatabaseError as exc:
             raise StoreFileError(f"cannot open store {self.path!r}: {exc}") from exc
@@ -346,15 +348,36 @@ class _WriteLock:
         self.acquired, self.waited, self.held = 0, 0.0, 0.0
 
     def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def acquire(self, before_wait=None) -> "_WriteLock":
+        """Take the lock; ``before_wait()``, if given, is called first when another thread or
+        process holds it (a committer ends its read snapshot there: the commit under way
+        makes it stale anyway, and a snapshot held while waiting keeps SQLite from
+        starting its write-ahead log over, ``checkpoints.py``)."""
         db = self._db
         asked = time.perf_counter()
-        db._thread_lock.acquire()
+        if not db._thread_lock.acquire(blocking=False):
+            if before_wait is not None:
+                before_wait()
+                before_wait = None
+            db._thread_lock.acquire()
         try:
             if db._lock_fd is None or db._forks != _forks:
                 if db._forks != _forks:
                     db._after_fork()
                 db._lock_fd = os.open(db.path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(db._lock_fd, fcntl.LOCK_EX)
+            if before_wait is None:
+                fcntl.flock(db._lock_fd, fcntl.LOCK_EX)
+            else:
+                try:
+                    fcntl.flock(db._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    before_wait()
+                    fcntl.flock(db._lock_fd, fcntl.LOCK_EX)
         except BaseException:
             db._thread_lock.release()
             raise
@@ -363,7 +386,7 @@ class _WriteLock:
         self.acquired += 1
         return self
 
-    def __exit__(self, *exc):
+    def release(self) -> None:
         self.held += time.perf_counter() - self._since
         try:
             fcntl.flock(self._db._lock_fd, fcntl.LOCK_UN)

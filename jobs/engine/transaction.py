@@ -318,7 +318,7 @@ class Transaction(TransactionRead):
         if self._stamp_future is not None:
             self._stamp_future.set_result(stamp)
         self.db._watches.poke()
-        self.db._checkpointer.committed()
+        self.db._checkpointer.committed(len(self._log))
 
     def get_committed_version(self) -> int:
         return self._committed_version

@@ -282,8 +282,9 @@ def test_a_snapshot_a_commit_since_made_stale_is_ended_before_the_write_lock_is_
         conn = db._get_conn()
         conn.set_trace_callback(statements.append)
         db._put_conn(conn, rollback=False)
-        enter = type(db._writer).__enter__
-        monkeypatch.setattr(type(db._writer), "__enter__", lambda lock: (statements.append("LOCK"), enter(lock))[1])
+        acquire = type(db._writer).acquire
+        monkeypatch.setattr(type(db._writer), "acquire",
+                            lambda lock, *a: (statements.append("LOCK"), acquire(lock, *a))[1])
         tr = db.create_transaction()
         tr.get(b"a").wait()
         tr.set(b"d", b"v")

@@ -1,9 +1,14 @@
 """The embedded engine's housekeeping, kept off the commit path: WAL checkpoints on a
-thread of their own.  (The commit history's bounds: ``test_history.py``.)"""
+thread of their own, and the log started over once it is long.  (The commit history's bounds: ``test_history.py``.)"""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+
+import pytest
+from waiting import DEADLINE, wait_until
 
 from jobs.engine.checkpoints import Checkpointer
 from jobs.engine.embedded import EmbeddedDatabase
@@ -29,3 +34,82 @@ def test_checkpoints_run_outside_commits(tmp_path):
     finally:
         db.close()
     assert not db._checkpointer._thread.is_alive()
+
+
+def _commit_pages(db, n: int, start: int = 0) -> None:
+    """``n`` commits, each reading a key (a read snapshot, as a worker's) and writing about
+    a page."""
+    for i in range(start, start + n):
+        tr = db.create_transaction()
+        tr.get(b"k%d" % (i - 1)).wait()
+        tr.set(b"k%d" % i, b"v" * 3000)
+        tr.commit().wait()
+
+
+@pytest.fixture
+def short_log(monkeypatch):
+    """A checkpointer that starts the log over at 100 pages (a round every 20 writes)."""
+    monkeypatch.setattr(Checkpointer, "EVERY", 20)
+    monkeypatch.setattr(Checkpointer, "RESTART_PAGES", 100)
+    monkeypatch.setattr(Checkpointer, "LOG_LIMIT_BYTES", 100 * 4096)
+
+
+def test_a_long_log_is_started_over(tmp_path, short_log):
+    """Copying the log back does not shorten it: beside writers whose snapshots are in it,
+    SQLite never starts it over, and it grew to SAFETY_PAGES.  Once it holds RESTART_PAGES
+    the checkpointer starts it over, and its file is cut to LOG_LIMIT_BYTES."""
+    path = str(tmp_path / "jobs.sqlite")
+    with EmbeddedDatabase(path) as db:
+        _commit_pages(db, 2000)  # (some 2000 pages of log if never started over: 8 MB)
+        assert wait_until(lambda: db._checkpointer.restarts >= 3)
+        _commit_pages(db, 1, start=2000)  # (the write after a restart cuts the file)
+        assert os.path.getsize(path + "-wal") <= 4 * Checkpointer.LOG_LIMIT_BYTES
+        tr = db.create_transaction()
+        assert [tr.get(b"k%d" % i).wait() for i in (0, 1999, 2000)] == [b"v" * 3000] * 3
+
+
+def test_a_reader_in_the_log_delays_its_restart_and_loses_nothing(tmp_path, short_log):
+    """A snapshot held open keeps the log from starting over: the restart waits
+    RESTART_WAIT_MS for it, gives up, and is tried again only once the log has grown
+    RESTART_PAGES more; commits go on meanwhile, and the log starts over once it ends."""
+    path = str(tmp_path / "jobs.sqlite")
+    with EmbeddedDatabase(path) as db:
+        _commit_pages(db, 10)
+        reader = db.create_transaction()
+        assert reader.get(b"k5").wait() == b"v" * 3000  # (its snapshot: in the log)
+        _commit_pages(db, 400, start=10)
+        checkpointer = db._checkpointer
+        assert wait_until(lambda: checkpointer.restarts_busy >= 1)
+        tried = checkpointer.restarts_busy
+        assert checkpointer._restart_at > Checkpointer.RESTART_PAGES
+        assert not reader.get(b"k300").wait().present()  # (still its snapshot)
+        reader.reset()
+        restarts = checkpointer.restarts
+        _commit_pages(db, 600, start=410)
+        assert wait_until(lambda: checkpointer.restarts > restarts)
+        assert checkpointer.restarts_busy - tried <= 2  # (not every round: it backs off)
+        tr = db.create_transaction()
+        assert [tr.get(b"k%d" % i).wait() for i in (0, 409, 1009)] == [b"v" * 3000] * 3
+
+
+def test_a_committer_ends_its_snapshot_before_waiting_for_the_write_lock(tmp_path):
+    """A commit that finds the write lock taken (by another process) will find its
+    snapshot stale once it gets it: it ends the snapshot before waiting, so that a
+    checkpoint under that lock can start the log over meanwhile."""
+    path = str(tmp_path / "jobs.sqlite")
+    with EmbeddedDatabase(path) as db, EmbeddedDatabase(path) as other:  # (other: its own flock)
+        _commit_pages(db, 3)
+        tr = db.create_transaction()
+        tr.get(b"k1").wait()
+        tr.set(b"mine", b"v")
+        other._writer.acquire()
+        try:
+            committer = threading.Thread(target=lambda: tr.commit().wait(), daemon=True)
+            committer.start()
+            assert wait_until(lambda: tr._conn is not None and not tr._conn.in_transaction)
+            assert committer.is_alive()  # (waiting for the lock, its snapshot ended)
+        finally:
+            other._writer.release()
+        committer.join(DEADLINE)
+        assert not committer.is_alive()
+        assert db.create_transaction().get(b"mine").wait() == b"v"
