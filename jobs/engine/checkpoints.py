@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 
 from .errors import StoreFileError
 
@@ -18,9 +19,9 @@ class Checkpointer:
     (``wal_autocheckpoint``), under the write lock, for milliseconds (fsyncs): every few
     hundred commits one commit stalls every writer, which is the tail of job latency.  Here
     commits leave it to this thread, which runs a PASSIVE checkpoint (it blocks neither
-    writers nor readers) once this process's commits have made ``EVERY`` writes (as many as
-    SQLite's default pages: a write adds a page at most; waking the thread costs the
-    committing thread a switch, so not more often).  The in-commit checkpoint stays as a safety net, at
+    writers nor readers) after every ``EVERY`` commits of this process (as many as SQLite's
+    default: a one-write commit adds a page; waking the thread costs the committing thread
+    a switch, and each round copies the pages written since, so not more often).  The in-commit checkpoint stays as a safety net, at
     ``SAFETY_PAGES``, for a store written by many processes of few commits each.
 
     Copying does not shorten the log: SQLite writes it from its start again only when a
@@ -39,11 +40,12 @@ class Checkpointer:
     SAFETY_PAGES = 20_000  # ~80 MB of log
     RESTART_PAGES = 4_000  # ~16 MB of log
     RESTART_WAIT_MS = 20
+    RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log
     LOG_LIMIT_BYTES = RESTART_PAGES * 4096  # (pages of SQLite's default size, the store's)
 
     def __init__(self, db):
         self._db = db
-        self._writes = 0
+        self._commits = self._writes = 0
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -54,11 +56,13 @@ class Checkpointer:
         self.restarts_busy = 0  # restarts given up: a reader stayed in the log
 
     def committed(self, writes: int = 1) -> None:
-        """A commit of ``writes`` mutations: each writes a page of the log at most, so a
-        round comes every ``EVERY`` pages or sooner (a batch's writes share pages)."""
-        self._writes += writes  # (unlocked: an approximate count is enough)
-        if self._writes >= self.EVERY:
-            self._writes = 0
+        """A commit of ``writes`` mutations (each writes a page of the log at most): a round
+        after ``EVERY`` commits, or sooner once they made ``RESTART_PAGES`` writes (a bulk
+        add's commits write a hundred pages each)."""
+        self._commits += 1  # (unlocked: approximate counts are enough)
+        self._writes += writes
+        if self._commits >= self.EVERY or self._writes >= self.RESTART_PAGES:
+            self._commits = self._writes = 0
             with self._lock:
                 if self._closed:
                     return
@@ -89,11 +93,21 @@ class Checkpointer:
             conn.close()
 
     def _restart(self, conn) -> None:
-        """A RESTART checkpoint under the store's write lock (see the class)."""
-        conn.execute(f"PRAGMA busy_timeout = {self.RESTART_WAIT_MS}")
+        """A RESTART checkpoint under the store's write lock (see the class).  Its wait for
+        the readers still in the log is a loop of attempts ``RESTART_POLL`` apart, not
+        SQLite's busy handler, which sleeps a millisecond and more between looks: every
+        commit waits while this holds the write lock, and a reader leaves the log within
+        a fraction of that (any snapshot begun once it is all copied reads the store
+        file instead)."""
+        conn.execute("PRAGMA busy_timeout = 0")
         try:
             with self._db._write_lock():
-                busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                deadline = time.monotonic() + self.RESTART_WAIT_MS / 1000
+                while True:
+                    busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                    if not busy or time.monotonic() >= deadline:
+                        break
+                    time.sleep(self.RESTART_POLL)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if busy:
