@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
 
 from .errors import StoreFileError
+
+log = logging.getLogger("jobs.engine")
 
 BUSY_TIMEOUT_MS = 30_000  # a connection's wait for SQLite's locks (store.py sets it)
 
@@ -34,12 +37,16 @@ class Checkpointer:
     log (snapshots begun since read the store file); the next write starts the log over,
     and cuts its file to ``RESTART_PAGES`` (``journal_size_limit``).  A restart that found
     readers waiting longer is tried again once the log has grown ``RESTART_PAGES`` more,
-    so a reader that holds its snapshot long stalls commits a few times, not every round."""
+    so a reader that holds its snapshot long stalls commits a few times, not every round;
+    every ``WARN_AFTER`` restarts given up in a row are logged (a warning of the
+    ``jobs.engine`` logger): such a reader is a bug of its program, and the log grows while
+    it stays."""
 
     EVERY = 1000
     SAFETY_PAGES = 20_000  # ~80 MB of log
     RESTART_PAGES = 4_000  # ~16 MB of log
     RESTART_WAIT_MS = 20
+    WARN_AFTER = 3  # restarts given up in a row before a warning (and every so many after)
     RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log
     LOG_LIMIT_BYTES = RESTART_PAGES * 4096  # (pages of SQLite's default size, the store's)
 
@@ -54,6 +61,7 @@ class Checkpointer:
         self.rounds = 0  # checkpoints run (for tests and curious people)
         self.restarts = 0  # of them, restarts of the log (it was RESTART_PAGES or longer)
         self.restarts_busy = 0  # restarts given up: a reader stayed in the log
+        self._busy_in_a_row = 0
 
     def committed(self, writes: int = 1) -> None:
         """A commit of ``writes`` mutations (each writes a page of the log at most): a round
@@ -104,7 +112,7 @@ class Checkpointer:
             with self._db._write_lock():
                 deadline = time.monotonic() + self.RESTART_WAIT_MS / 1000
                 while True:
-                    busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                    busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
                     if not busy or time.monotonic() >= deadline:
                         break
                     time.sleep(self.RESTART_POLL)
@@ -112,9 +120,16 @@ class Checkpointer:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if busy:
             self.restarts_busy += 1
-            self._restart_at = max(log, self._restart_at) + self.RESTART_PAGES  # (log -1: another one's)
+            self._busy_in_a_row += 1
+            pages = max(pages, self._restart_at)  # (-1: another process's checkpoint was under way)
+            self._restart_at = pages + self.RESTART_PAGES
+            if self._busy_in_a_row % self.WARN_AFTER == 0:
+                log.warning("store %s: its write-ahead log holds %d pages or more and cannot start over: a read "
+                            "snapshot stays in it (a transaction that read and was neither committed, reset nor "
+                            "dropped, in this process or another)", self._db.path, pages)
         else:
             self.restarts += 1
+            self._busy_in_a_row = 0
             self._restart_at = self.RESTART_PAGES
 
     def close(self) -> None:
