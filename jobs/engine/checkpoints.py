@@ -24,8 +24,10 @@ class Checkpointer:
     commits leave it to this thread, which runs a PASSIVE checkpoint (it blocks neither
     writers nor readers) after every ``EVERY`` commits of this process (as many as SQLite's
     default: a one-write commit adds a page; waking the thread costs the committing thread
-    a switch, and each round copies the pages written since, so not more often).  The in-commit checkpoint stays as a safety net, at
-    ``SAFETY_PAGES``, for a store written by many processes of few commits each.
+    a switch, and each round copies again the pages written since, so not more often), or
+    sooner after commits of many writes (:meth:`committed`).  The in-commit checkpoint
+    stays as a safety net, at ``SAFETY_PAGES``, for a store written by many processes of
+    few commits each.
 
     Copying does not shorten the log: SQLite writes it from its start again only when a
     write begins with the whole log copied and no reader in it, which busy writers beside
@@ -35,8 +37,8 @@ class Checkpointer:
     before it waits: ``store._WriteLock.acquire``) and runs a RESTART checkpoint, which
     copies the rest and waits, ``RESTART_WAIT_MS`` at most, for the readers still in the
     log (snapshots begun since read the store file); the next write starts the log over,
-    and cuts its file to ``RESTART_PAGES`` (``journal_size_limit``).  A restart that found
-    readers waiting longer is tried again once the log has grown ``RESTART_PAGES`` more,
+    and cuts its file to ``LOG_LIMIT_BYTES`` (``journal_size_limit``).  A restart that found
+    a reader staying longer is tried again once the log has grown ``RESTART_PAGES`` more,
     so a reader that holds its snapshot long stalls commits a few times, not every round;
     every ``WARN_AFTER`` restarts given up in a row are logged (a warning of the
     ``jobs.engine`` logger): such a reader is a bug of its program, and the log grows while
