@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, places, rates, rows, store_ids
 from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
-from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
+from .engine.errors import MAYBE_COMMITTED, NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
 from .engine.limits import TRANSACTION_SIZE_LIMIT
 from .engine.transactional import is_database, run_noting
 from .job import Job
@@ -113,6 +113,10 @@ class AcceptCall:
         # be read (each logged once its attempt committed), and the current attempt's
         self.unreadable: list[tuple[str, str, str]] = []
         self._new_unreadable: list[tuple[str, str, str]] = []
+        self._unreadable_entries: dict[str, bytes] = {}  # the current attempt's: id -> queue entry
+        # (type, id, error, queue entry) of those an attempt whose commit may have happened
+        # (1021) took off the queue: the next attempts name each whose entry is gone
+        self._maybe_unreadable: list[tuple[str, str, str, bytes]] = []
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
         self.rearms = 0  # transactions run by _rearm, over the call's life
@@ -154,7 +158,18 @@ class AcceptCall:
             log.error("%s: taken off the queue of %s unrun, its row left as it is (write it again, then re-add "
                       "the job, to run it)", error, self.type)
         self.unreadable += self._new_unreadable
-        self._new_unreadable = []
+        self._new_unreadable, self._maybe_unreadable = [], []
+
+    def _unreadable_taken_before(self, tr) -> None:
+        """Name, as this attempt's, the jobs an attempt whose commit may have happened took
+        off the queue unread, if their entries are gone: it did commit (else this attempt
+        finds such an entry again, and names it when it takes it)."""
+        maybe = list(dict.fromkeys(self._maybe_unreadable))
+        found = [tr.snapshot.get(entry) for _type, _id, _error, entry in maybe]
+        for (type, job_id, error, entry), value in zip(maybe, found):
+            if value_of(value) is None:
+                self._new_unreadable.append((type, job_id, error))
+                self._unreadable_entries[job_id] = entry
 
     def _rearm(self, tr, seen: "_Seen"):
         """After an attempt that wrote and found nothing: its watch, set here if no job
@@ -171,6 +186,9 @@ class AcceptCall:
         if not is_retryable(exc):
             return
         self.retries += 1
+        if error_code(exc) in MAYBE_COMMITTED:
+            self._maybe_unreadable += [(type, job_id, error, self._unreadable_entries[job_id])
+                                       for type, job_id, error in self._new_unreadable]
         if error_code(exc) == NOT_COMMITTED:
             self.conflicts += 1
             places.conflicted()
@@ -180,7 +198,9 @@ class AcceptCall:
                 self.on_conflict(self)
 
     def _body(self, tr, also=None):
-        self._new_picks, self._new_unreadable = [], []
+        self._new_picks, self._new_unreadable, self._unreadable_entries = [], [], {}
+        if self._maybe_unreadable:  # (before this attempt takes anything off the queue)
+            self._unreadable_taken_before(tr)
         keys.check_layout(tr)
         store = store_ids.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
@@ -211,7 +231,7 @@ class AcceptCall:
             if turns is not None and turns.wrote:
                 return None  # keys moved: attempt again, from what this attempt wrote
             return self._nothing(tr, also, max_stime, admission.due, keyed=turns is not None)
-        taken = self._lock(tr, ids, admission, rows)
+        taken = self._lock(tr, ids, picked, admission, rows)
         if not taken:
             return None
         rates.started(tr, self.type, waits[:len(taken)])
@@ -233,15 +253,16 @@ class AcceptCall:
                 return picked[:n], futures[:n]
         return picked, futures
 
-    def _lock(self, tr, ids: list[str], admission, futures: list) -> list[tuple[str, Row]]:
-        """Lock the jobs taken from the queue (``futures``: their rows, read by
-        :meth:`_within_budget`), each with the running slots it holds."""
+    def _lock(self, tr, ids: list[str], entries: list[bytes], admission, futures: list) -> list[tuple[str, Row]]:
+        """Lock the jobs taken from the queue (their queue ``entries``; ``futures``: their
+        rows, read by :meth:`_within_budget`), each with the running slots it holds."""
         taken = []
         worker = this_worker()
         tally = counts.Tally()
-        for job_id, future in zip(ids, futures):
+        for job_id, entry, future in zip(ids, entries, futures):
             row = rows.decode(value_of(future), self.type, job_id, self._new_unreadable)
             if row is rows.UNREADABLE:
+                self._unreadable_entries[job_id] = entry
                 # Nothing can run it: off the queue (left there, every accept would pick it
                 # first and stop), named, and counted as ended (finished): what
                 # remove_unreadable counts out for a job with no key but its row.

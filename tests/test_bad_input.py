@@ -16,6 +16,7 @@ from jobs import counts, keys
 from jobs.checks import MAX_TIME
 from jobs.codec import DATA_LIMIT
 from jobs.engine import tuple as fdb_tuple
+from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
 from jobs.engine.urls import open_database
 from stored import add_unchecked
@@ -366,6 +367,33 @@ def test_a_pending_job_whose_row_cannot_be_read_is_taken_off_the_queue(db, caplo
     assert [job.id for job in taken if job is not None] == ["good"]
     assert jobs.pending_count(db, T) == 0 and db[keys.data_key(T, "bad")] == b"\x99not a tuple"
     assert run(db, counts.read, T, time.time()) == counts.Counts(1, 1, 0, {})  # (good running, bad ended)
+    said = [r.getMessage() for r in caplog.records if "t/bad" in r.getMessage()]
+    assert len(said) == 1 and "taken off the queue" in said[0]
+
+
+@pytest.mark.parametrize("fault", ["unknown_committed", "unknown_not_committed"])
+def test_a_job_whose_row_cannot_be_read_is_named_once_when_its_accept_ends_in_1021(db, caplog, fault):
+    """An accept that took such a job off the queue and committed behind 1021 is retried;
+    the retry no longer finds the entry, and names the job all the same (once).  One whose
+    commit did not happen finds the entry again, takes it, and names it once too."""
+
+    class Scripted(FaultInjectingDatabase):
+        script = [fault]
+
+        def _draw(self):
+            return self.script.pop(0) if self.script else None
+
+    jobs.set_type_timeout(db, T, 30)
+    for job_id in ("bad", "good"):
+        jobs.add(db, T, job_id)
+    db[keys.data_key(T, "bad")] = b"\x99not a tuple"
+    faulty = Scripted(db)
+    with caplog.at_level("ERROR", logger="jobs"):
+        taken = jobs.accept_many(faulty, T, 5, timeout=0)  # (both: the batch is the queue)
+    assert not faulty.script  # the fault happened
+    assert [job.id for job in taken] == ["good"]
+    assert jobs.pending_count(db, T) == 0
+    assert run(db, counts.read, T, time.time()) == counts.Counts(1, 1, 0, {})
     said = [r.getMessage() for r in caplog.records if "t/bad" in r.getMessage()]
     assert len(said) == 1 and "taken off the queue" in said[0]
 
