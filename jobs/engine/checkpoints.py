@@ -38,11 +38,13 @@ class Checkpointer:
     copies the rest and waits, ``RESTART_WAIT_MS`` at most, for the readers still in the
     log (snapshots begun since read the store file); the next write starts the log over,
     and cuts its file to ``LOG_LIMIT_BYTES`` (``journal_size_limit``).  A restart that found
-    a reader staying longer is tried again once the log has grown ``RESTART_PAGES`` more,
-    so a reader that holds its snapshot long stalls commits a few times, not every round;
-    every ``WARN_AFTER`` restarts given up in a row are logged (a warning of the
-    ``jobs.engine`` logger): such a reader is a bug of its program, and the log grows while
-    it stays."""
+    a reader staying longer is tried again ``RESTART_BACKOFF`` seconds later at the
+    earliest, twice as long after each one given up in a row (``RESTART_BACKOFF_MAX`` at
+    most): a reader that holds its snapshot for long would otherwise stall every commit
+    for ``RESTART_WAIT_MS`` each time the log grows ``RESTART_PAGES``, which busy
+    writers add within a tenth of a second.  Every ``WARN_AFTER`` restarts given up in a
+    row are logged (a warning of the ``jobs.engine`` logger): such a reader is a bug of its
+    program, and the log grows while it stays."""
 
     EVERY = 1000
     SAFETY_PAGES = 20_000  # ~80 MB of log
@@ -50,6 +52,8 @@ class Checkpointer:
     RESTART_WAIT_MS = 20
     WARN_AFTER = 3  # restarts given up in a row before a warning (and every so many after)
     RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log
+    RESTART_BACKOFF = 1.0  # seconds before a restart given up is tried again (doubling)
+    RESTART_BACKOFF_MAX = 60.0
     LOG_LIMIT_BYTES = RESTART_PAGES * 4096  # (pages of SQLite's default size, the store's)
 
     def __init__(self, db):
@@ -59,7 +63,8 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._restart_at = self.RESTART_PAGES  # log pages at which to try the next restart
+        self._retry_at = 0.0  # (monotonic) no restart before, after one given up
+        self._backoff = 0.0  # the wait after the last restart given up
         self.rounds = 0  # checkpoints run (for tests and curious people)
         self.restarts = 0  # of them, restarts of the log (it was RESTART_PAGES or longer)
         self.restarts_busy = 0  # restarts given up: a reader stayed in the log
@@ -95,7 +100,7 @@ class Checkpointer:
                 try:
                     _busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     self.rounds += 1
-                    if log >= self._restart_at:
+                    if log >= self.RESTART_PAGES and time.monotonic() >= self._retry_at:
                         self._restart(conn)
                 except sqlite3.DatabaseError:
                     pass  # (another process is checkpointing; the next round catches up)
@@ -123,16 +128,17 @@ class Checkpointer:
         if busy:
             self.restarts_busy += 1
             self._busy_in_a_row += 1
-            pages = max(pages, self._restart_at)  # (-1: another process's checkpoint was under way)
-            self._restart_at = pages + self.RESTART_PAGES
+            self._backoff = min(self.RESTART_BACKOFF_MAX, self._backoff * 2 or self.RESTART_BACKOFF)
+            self._retry_at = time.monotonic() + self._backoff
             if self._busy_in_a_row % self.WARN_AFTER == 0:
-                log.warning("store %s: its write-ahead log holds %d pages or more and cannot start over: a read "
-                            "snapshot stays in it (a transaction that read and was neither committed, reset nor "
-                            "dropped, in this process or another)", self._db.path, pages)
+                log.warning("store %s: its write-ahead log cannot start over (%d restarts given up in a row, the "
+                            "last at %d pages): a read snapshot stays in it (a transaction that read and was "
+                            "neither committed, reset nor dropped, in this process or another)",
+                            self._db.path, self._busy_in_a_row, pages)
         else:
             self.restarts += 1
             self._busy_in_a_row = 0
-            self._restart_at = self.RESTART_PAGES
+            self._backoff, self._retry_at = 0.0, 0.0
 
     def close(self) -> None:
         with self._lock:

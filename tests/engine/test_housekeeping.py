@@ -3,6 +3,7 @@ thread of their own, and the log started over once it is long.  (The commit hist
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -70,10 +71,12 @@ def _restart_now(db) -> None:
 
 @pytest.fixture
 def short_log(monkeypatch):
-    """A checkpointer that starts the log over at 100 pages (a round every 20 commits)."""
+    """A checkpointer that starts the log over at 100 pages (a round every 20 commits),
+    trying again 0.05 s after a restart given up (doubling)."""
     monkeypatch.setattr(Checkpointer, "EVERY", 20)
     monkeypatch.setattr(Checkpointer, "RESTART_PAGES", 100)
     monkeypatch.setattr(Checkpointer, "LOG_LIMIT_BYTES", 100 * 4096)
+    monkeypatch.setattr(Checkpointer, "RESTART_BACKOFF", 0.05)
 
 
 def test_a_long_log_is_started_over(tmp_path, short_log):
@@ -94,9 +97,9 @@ def test_a_long_log_is_started_over(tmp_path, short_log):
 
 def test_a_reader_in_the_log_delays_its_restart_and_loses_nothing(tmp_path, short_log, monkeypatch):
     """A snapshot held open keeps the log from starting over: a restart waits
-    RESTART_WAIT_MS for it, gives up, and is tried again only once the log has grown
-    RESTART_PAGES more (not at every round); commits go on meanwhile, and the log starts
-    over once the reader ends."""
+    RESTART_WAIT_MS for it, gives up, and is tried again only after a back-off that doubles
+    (not at every round: each try stalls every commit); commits go on meanwhile, and the
+    log starts over once the reader ends."""
     monkeypatch.setattr(Checkpointer, "EVERY", 1)
     path = str(tmp_path / "jobs.sqlite")
     with EmbeddedDatabase(path) as db:
@@ -104,15 +107,13 @@ def test_a_reader_in_the_log_delays_its_restart_and_loses_nothing(tmp_path, shor
         reader = db.create_transaction()
         assert reader.get(b"k5").wait() == b"v" * 3000  # (its snapshot: in the log)
         checkpointer = db._checkpointer
+        began = time.monotonic()
         _commit_pages(db, 1000, start=10)
         assert wait_until(lambda: checkpointer.restarts_busy >= 1)
         assert checkpointer.restarts == 0
-        conn = db._connect()
-        _busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        conn.close()
-        # (a round after every commit here, where the log's growth allows a try every 20 or so)
-        assert checkpointer.restarts_busy <= pages // Checkpointer.RESTART_PAGES + 1
-        assert checkpointer._restart_at > Checkpointer.RESTART_PAGES
+        # (a round after every commit here; tries 0.05 s apart, then 0.1, 0.2, ...)
+        elapsed = time.monotonic() - began
+        assert checkpointer.restarts_busy <= 2 + math.log2(1 + elapsed / Checkpointer.RESTART_BACKOFF)
         assert not reader.get(b"k300").wait().present()  # (still its snapshot)
         reader.reset()
         _commit_until(db, lambda: checkpointer.restarts >= 1, 1010)
