@@ -52,7 +52,7 @@ class Checkpointer:
     RESTART_WAIT_MS = 20
     WARN_AFTER = 3  # restarts given up in a row before a warning (and every so many after)
     RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log
-    RESTART_BACKOFF = 1.0  # seconds before a restart given up is tried again (doubling)
+    RESTART_BACKOFF = 0.1  # seconds before a restart given up is tried again (doubling)
     RESTART_BACKOFF_MAX = 60.0
     LOG_LIMIT_BYTES = RESTART_PAGES * 4096  # (pages of SQLite's default size, the store's)
 
