@@ -131,10 +131,10 @@ class Checkpointer:
             self._backoff = min(self.RESTART_BACKOFF_MAX, self._backoff * 2 or self.RESTART_BACKOFF)
             self._retry_at = time.monotonic() + self._backoff
             if self._busy_in_a_row % self.WARN_AFTER == 0:
-                log.warning("store %s: its write-ahead log cannot start over (%d restarts given up in a row, the "
-                            "last at %d pages): a read snapshot stays in it (a transaction that read and was "
-                            "neither committed, reset nor dropped, in this process or another)",
-                            self._db.path, self._busy_in_a_row, pages)
+                log.warning("store %s: its write-ahead log cannot start over (%d restarts given up in a row%s): a "
+                            "read snapshot stays in it (a transaction that read and was neither committed, reset "
+                            "nor dropped, in this process or another)", self._db.path, self._busy_in_a_row,
+                            f", the last at {pages} pages" if pages >= 0 else "")  # (-1: another's checkpoint)
         else:
             self.restarts += 1
             self._busy_in_a_row = 0
