@@ -113,7 +113,7 @@ class AcceptCall:
         # be read (each logged once its attempt committed), and the current attempt's
         self.unreadable: list[tuple[str, str, str]] = []
         self._new_unreadable: list[tuple[str, str, str]] = []
-        self._unreadable_entries: dict[str, bytes] = {}  # the current attempt's: id -> queue entry
+        self._unreadable_entries: dict[str, bytes] = {}  # their queue entries: id -> entry
         # (type, id, error, queue entry) of those an attempt whose commit may have happened
         # (1021) took off the queue: the next attempts name each whose entry is gone
         self._maybe_unreadable: list[tuple[str, str, str, bytes]] = []
@@ -198,7 +198,7 @@ class AcceptCall:
                 self.on_conflict(self)
 
     def _body(self, tr, also=None):
-        self._new_picks, self._new_unreadable, self._unreadable_entries = [], [], {}
+        self._new_picks, self._new_unreadable = [], []
         if self._maybe_unreadable:  # (before this attempt takes anything off the queue)
             self._unreadable_taken_before(tr)
         keys.check_layout(tr)

@@ -11,7 +11,7 @@ from .errors import StoreFileError
 
 log = logging.getLogger("jobs.engine")
 
-BUSY_TIMEOUT_MS = 30_000  # a connection's wait for SQLite's locks (store.py sets it)
+PAGE_BYTES = 4096  # SQLite's default page size, the store's
 
 
 class Checkpointer:
@@ -37,7 +37,7 @@ class Checkpointer:
     before it waits: ``store._WriteLock.acquire``) and runs a RESTART checkpoint, which
     copies the rest and waits, ``RESTART_WAIT_MS`` at most, for the readers still in the
     log (snapshots begun since read the store file); the next write starts the log over,
-    and cuts its file to ``LOG_LIMIT_BYTES`` (``journal_size_limit``).  A restart that found
+    and cuts its file to ``RESTART_PAGES`` (:meth:`log_limit_bytes`, ``journal_size_limit``).  A restart that found
     a reader staying longer is tried again ``RESTART_BACKOFF`` seconds later at the
     earliest, twice as long after each one given up in a row (``RESTART_BACKOFF_MAX`` at
     most): a reader that holds its snapshot for long would otherwise stall every commit
@@ -54,7 +54,6 @@ class Checkpointer:
     RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log
     RESTART_BACKOFF = 0.1  # seconds before a restart given up is tried again (doubling)
     RESTART_BACKOFF_MAX = 60.0
-    LOG_LIMIT_BYTES = RESTART_PAGES * 4096  # (pages of SQLite's default size, the store's)
 
     def __init__(self, db):
         self._db = db
@@ -69,6 +68,11 @@ class Checkpointer:
         self.restarts = 0  # of them, restarts of the log (it was RESTART_PAGES or longer)
         self.restarts_busy = 0  # restarts given up: a reader stayed in the log
         self._busy_in_a_row = 0
+
+    @classmethod
+    def log_limit_bytes(cls) -> int:
+        """The size a log started over is cut to: ``RESTART_PAGES`` pages."""
+        return cls.RESTART_PAGES * PAGE_BYTES
 
     def committed(self, writes: int = 1) -> None:
         """A commit of ``writes`` mutations (each writes a page of the log at most): a round
@@ -92,15 +96,18 @@ class Checkpointer:
         except StoreFileError:
             return
         try:
+            # (never waits on SQLite's locks: PASSIVE does not, and a restart looks again
+            # itself, holding the write lock; another process's checkpoint says busy)
+            conn.execute("PRAGMA busy_timeout = 0")
             while True:
                 self._event.wait()
                 self._event.clear()
                 if self._closed:
                     return
                 try:
-                    _busy, log, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    _busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     self.rounds += 1
-                    if log >= self.RESTART_PAGES and time.monotonic() >= self._retry_at:
+                    if pages >= self.RESTART_PAGES and time.monotonic() >= self._retry_at:
                         self._restart(conn)
                 except sqlite3.DatabaseError:
                     pass  # (another process is checkpointing; the next round catches up)
@@ -114,17 +121,13 @@ class Checkpointer:
         commit waits while this holds the write lock, and a reader leaves the log within
         a fraction of that (any snapshot begun once it is all copied reads the store
         file instead)."""
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            with self._db._write_lock():
-                deadline = time.monotonic() + self.RESTART_WAIT_MS / 1000
-                while True:
-                    busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-                    if not busy or time.monotonic() >= deadline:
-                        break
-                    time.sleep(self.RESTART_POLL)
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        with self._db._write_lock():
+            deadline = time.monotonic() + self.RESTART_WAIT_MS / 1000
+            while True:
+                busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                if not busy or time.monotonic() >= deadline:
+                    break
+                time.sleep(self.RESTART_POLL)
         if busy:
             self.restarts_busy += 1
             self._busy_in_a_row += 1

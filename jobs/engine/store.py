@@ -14,7 +14,7 @@ import weakref
 
 from . import errors as E, memory_dirs
 from .atomic import sql_atomic
-from .checkpoints import BUSY_TIMEOUT_MS, Checkpointer
+from .checkpoints import Checkpointer
 from .errors import FDBError, StoreFileError
 from .fdbapi import KeyValue
 from .history import History
@@ -116,11 +116,11 @@ class EmbeddedDatabase:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             conn.execute(f"PRAGMA synchronous = {self._sync}")
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA cache_size = -16000")
             conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.SAFETY_PAGES}")
             # (a log started over is cut to this size by the next write: checkpoints.py)
-            conn.execute(f"PRAGMA journal_size_limit = {Checkpointer.LOG_LIMIT_BYTES}")
+            conn.execute(f"PRAGMA journal_size_limit = {Checkpointer.log_limit_bytes()}")
             conn.create_function("fdb_atomic", 3, sql_atomic, deterministic=True)
         except sqlite3.DatabaseError as exc:
             raise StoreFileError(f"cannot open store {self.path!r}: {exc}") from exc

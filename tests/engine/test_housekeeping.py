@@ -62,6 +62,7 @@ def _commit_until(db, done, start: int) -> int:
 def _restart_now(db) -> None:
     """A restart of the log, run here (none under way meanwhile: it goes on until one is done)."""
     checkpointer, conn = db._checkpointer, db._connect()
+    conn.execute("PRAGMA busy_timeout = 0")  # (as the checkpointer's own)
     try:
         restarts = checkpointer.restarts
         assert wait_until(lambda: checkpointer._restart(conn) or checkpointer.restarts > restarts)
@@ -75,14 +76,13 @@ def short_log(monkeypatch):
     trying again 0.05 s after a restart given up (doubling)."""
     monkeypatch.setattr(Checkpointer, "EVERY", 20)
     monkeypatch.setattr(Checkpointer, "RESTART_PAGES", 100)
-    monkeypatch.setattr(Checkpointer, "LOG_LIMIT_BYTES", 100 * 4096)
     monkeypatch.setattr(Checkpointer, "RESTART_BACKOFF", 0.05)
 
 
 def test_a_long_log_is_started_over(tmp_path, short_log):
     """Copying the log back does not shorten it: beside writers whose snapshots are in it,
     SQLite never starts it over, and it grew to SAFETY_PAGES.  Once it holds RESTART_PAGES
-    the checkpointer starts it over, and the next write cuts its file to LOG_LIMIT_BYTES."""
+    the checkpointer starts it over, and the next write cuts its file to RESTART_PAGES."""
     path = str(tmp_path / "jobs.sqlite")
     with EmbeddedDatabase(path) as db:
         _commit_pages(db, 1000)  # (some 1000 pages of log if never started over: 4 MB)
@@ -90,7 +90,7 @@ def test_a_long_log_is_started_over(tmp_path, short_log):
         _commit_pages(db, 300, start=end)  # (300 pages more, then a restart and a write)
         _restart_now(db)
         _commit_pages(db, 1, start=end + 300)
-        assert os.path.getsize(path + "-wal") <= Checkpointer.LOG_LIMIT_BYTES
+        assert os.path.getsize(path + "-wal") <= Checkpointer.log_limit_bytes()
         tr = db.create_transaction()
         assert [tr.get(b"k%d" % i).wait() for i in (0, 999, end + 300)] == [b"v" * 3000] * 3
 
