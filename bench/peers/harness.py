@@ -53,6 +53,24 @@ class Failed(Exception):
     """The workload could not complete; the message goes into the results table."""
 
 
+def _process_cpu(pid: str, fields: list[str]) -> float:
+    """One process's CPU seconds, with the children it reaped.  ``stat`` counts in clock
+    ticks (10 ms), and a few dozen jobs' worth of CPU can fall between two ticks; the live
+    threads' ``schedstat`` counts nanoseconds.  ``stat`` also counts threads that have
+    ended, so the larger of the two is the closer figure.  Reaped children are in ticks
+    only."""
+    tick = os.sysconf("SC_CLK_TCK")
+    own, reaped = (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+    live = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                live += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):  # (a thread gone meanwhile, or no schedstat)
+        live = 0
+    return max(own, live / 1e9) + reaped
+
+
 class Procs:
     """Worker and helper processes, each in its own process group."""
 
@@ -82,7 +100,7 @@ class Procs:
         """CPU time the worker and helper processes have used so far: every live process of
         their process groups, with the children they reaped (a peer's pool or forked
         work horses).  Servers (Redis, PostgreSQL) are not counted."""
-        groups, ticks = {p.pid for p in self.procs}, 0
+        groups, total = {p.pid for p in self.procs}, 0.0
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -92,8 +110,8 @@ class Procs:
             except OSError:  # (gone meanwhile)
                 continue
             if int(fields[2]) in groups:  # its process group; then utime, stime, cutime, cstime
-                ticks += sum(int(x) for x in fields[11:15])
-        return ticks / os.sysconf("SC_CLK_TCK")
+                total += _process_cpu(name, fields)
+        return total
 
     def check_alive(self) -> None:
         dead = [p for p in self.procs if p.poll() is not None and not getattr(p, "killed", False)]
