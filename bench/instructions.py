@@ -32,6 +32,7 @@ from jobs.engine.atomic import sql_atomic
 from jobs.engine.commit import _PUT, _UPSERT_ADD
 from jobs.engine.keyvalues import _POINT
 from jobs.engine.reads import _PIN
+from jobs.engine.store import PAGE_BYTES
 
 from .bench_engine import VALUE, fresh_store
 
@@ -120,10 +121,11 @@ class BareAdd:
     """The SQLite statements of a ``jobs.add`` (as the engine runs them: its read snapshot,
     the two point reads in one statement, three puts and two counter adds, one commit),
     bare from Python on a file of their own in ``directory``: what an add would cost with
-    no Python around.  Each call adds job ``i``."""
+    no Python around (on pages of the engine's size).  Each call adds job ``i``."""
 
     def __init__(self, directory: str):
         self.conn = conn = sqlite3.connect(os.path.join(directory, "kv.sqlite"), isolation_level=None)
+        conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")

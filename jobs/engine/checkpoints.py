@@ -11,8 +11,6 @@ from .errors import StoreFileError
 
 log = logging.getLogger("jobs.engine")
 
-PAGE_BYTES = 4096  # SQLite's default page size, the store's
-
 
 class Checkpointer:
     """Copies the write-ahead log back into the store file on a thread of its own, and
@@ -31,7 +29,7 @@ class Checkpointer:
 
     Copying does not shorten the log: SQLite writes it from its start again only when a
     write begins with the whole log copied and no reader in it, which busy writers beside
-    a PASSIVE checkpoint never leave, so the log grew to ``SAFETY_PAGES`` (80 MB).  So once
+    a PASSIVE checkpoint never leave, so the log grew to ``SAFETY_PAGES`` (80 MB of 4096-byte pages).  So once
     it holds ``RESTART_PAGES``, this thread takes the store's write lock (no commit
     adds pages meanwhile; a committer that finds the lock taken ends its read snapshot
     before it waits: ``store._WriteLock.acquire``) and runs a RESTART checkpoint, which
@@ -47,8 +45,8 @@ class Checkpointer:
     program, and the log grows while it stays."""
 
     EVERY = 1000
-    SAFETY_PAGES = 20_000  # ~80 MB of log
-    RESTART_PAGES = 4_000  # ~16 MB of log
+    SAFETY_PAGES = 20_000  # ~40 MB of log (80 MB in a store of 4096-byte pages)
+    RESTART_PAGES = 4_000  # ~8 MB of log (16 MB)
     RESTART_WAIT_MS = 20
     WARN_AFTER = 3  # restarts given up in a row before a warning (and every so many after)
     RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log
@@ -70,9 +68,9 @@ class Checkpointer:
         self._busy_in_a_row = 0
 
     @classmethod
-    def log_limit_bytes(cls) -> int:
-        """The size a log started over is cut to: ``RESTART_PAGES`` pages."""
-        return cls.RESTART_PAGES * PAGE_BYTES
+    def log_limit_bytes(cls, page_bytes: int) -> int:
+        """The size a log started over is cut to: ``RESTART_PAGES`` pages of ``page_bytes``."""
+        return cls.RESTART_PAGES * page_bytes
 
     def committed(self, writes: int = 1) -> None:
         """A commit of ``writes`` mutations (each writes a page of the log at most): a round

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import threading
 import time
 
 import pytest
 from waiting import DEADLINE, wait_until
 
+from jobs.engine import store
 from jobs.engine.checkpoints import Checkpointer
 from jobs.engine.embedded import EmbeddedDatabase
+
+PAGE = b"v" * (store.PAGE_BYTES * 3 // 4)  # (a value of about a page)
 
 
 def test_checkpoints_run_outside_commits(tmp_path):
@@ -43,7 +47,7 @@ def _commit_pages(db, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         tr = db.create_transaction()
         tr.get(b"k%d" % (i - 1)).wait()
-        tr.set(b"k%d" % i, b"v" * 3000)
+        tr.set(b"k%d" % i, PAGE)
         tr.commit().wait()
 
 
@@ -85,14 +89,14 @@ def test_a_long_log_is_started_over(tmp_path, short_log):
     the checkpointer starts it over, and the next write cuts its file to RESTART_PAGES."""
     path = str(tmp_path / "jobs.sqlite")
     with EmbeddedDatabase(path) as db:
-        _commit_pages(db, 1000)  # (some 1000 pages of log if never started over: 4 MB)
+        _commit_pages(db, 1000)  # (some 1000 pages of log if never started over)
         end = _commit_until(db, lambda: db._checkpointer.restarts >= 3, 1000)
         _commit_pages(db, 300, start=end)  # (300 pages more, then a restart and a write)
         _restart_now(db)
         _commit_pages(db, 1, start=end + 300)
-        assert os.path.getsize(path + "-wal") <= Checkpointer.log_limit_bytes()
+        assert os.path.getsize(path + "-wal") <= Checkpointer.log_limit_bytes(store.PAGE_BYTES)
         tr = db.create_transaction()
-        assert [tr.get(b"k%d" % i).wait() for i in (0, 999, end + 300)] == [b"v" * 3000] * 3
+        assert [tr.get(b"k%d" % i).wait() for i in (0, 999, end + 300)] == [PAGE] * 3
 
 
 def test_a_reader_in_the_log_delays_its_restart_and_loses_nothing(tmp_path, short_log, monkeypatch):
@@ -105,7 +109,7 @@ def test_a_reader_in_the_log_delays_its_restart_and_loses_nothing(tmp_path, shor
     with EmbeddedDatabase(path) as db:
         _commit_pages(db, 10)
         reader = db.create_transaction()
-        assert reader.get(b"k5").wait() == b"v" * 3000  # (its snapshot: in the log)
+        assert reader.get(b"k5").wait() == PAGE  # (its snapshot: in the log)
         checkpointer = db._checkpointer
         began = time.monotonic()
         _commit_pages(db, 1000, start=10)
@@ -118,7 +122,7 @@ def test_a_reader_in_the_log_delays_its_restart_and_loses_nothing(tmp_path, shor
         reader.reset()
         _commit_until(db, lambda: checkpointer.restarts >= 1, 1010)
         tr = db.create_transaction()
-        assert [tr.get(b"k%d" % i).wait() for i in (0, 500, 1009)] == [b"v" * 3000] * 3
+        assert [tr.get(b"k%d" % i).wait() for i in (0, 500, 1009)] == [PAGE] * 3
 
 
 def test_a_committer_ends_its_snapshot_before_waiting_for_the_write_lock(tmp_path):
@@ -158,3 +162,33 @@ def test_a_log_that_cannot_start_over_is_logged(tmp_path, short_log, caplog):
             assert wait_until(lambda: any("cannot start over" in r.getMessage() for r in caplog.records))
         assert checkpointer.restarts == 0
         reader.reset()
+
+
+def _page_size(path: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_a_new_store_has_small_pages_and_an_older_one_keeps_its_own(tmp_path, monkeypatch):
+    """A store is made with PAGE_BYTES pages; one made by an earlier release (SQLite's
+    4096) keeps them, works as before, and its log is cut to RESTART_PAGES of its pages."""
+    new, old = str(tmp_path / "new.sqlite"), str(tmp_path / "old.sqlite")
+    with EmbeddedDatabase(new):
+        pass
+    assert _page_size(new) == store.PAGE_BYTES < 4096
+    monkeypatch.setattr(store, "PAGE_BYTES", 4096)
+    with EmbeddedDatabase(old):
+        pass
+    monkeypatch.undo()
+    with EmbeddedDatabase(old) as db:
+        _commit_pages(db, 50)
+        conn = db._connect()
+        try:
+            assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == Checkpointer.RESTART_PAGES * 4096
+        finally:
+            conn.close()
+        assert db.create_transaction().get(b"k49").wait() == PAGE
+    assert _page_size(old) == 4096
