@@ -192,3 +192,26 @@ def test_a_new_store_has_small_pages_and_an_older_one_keeps_its_own(tmp_path, mo
             conn.close()
         assert db.create_transaction().get(b"k49").wait() == PAGE
     assert _page_size(old) == 4096
+
+
+def test_an_older_store_moves_to_small_pages_by_the_readme_recipe(tmp_path, monkeypatch):
+    """README ("Layout"): with no process using it, a store of 4096-byte pages is rewritten
+    with PAGE_BYTES ones by SQLite's VACUUM outside WAL mode, and keeps all it held."""
+    path = str(tmp_path / "old.sqlite")
+    monkeypatch.setattr(store, "PAGE_BYTES", 4096)
+    with EmbeddedDatabase(path) as db:
+        _commit_pages(db, 200)
+        version = db.create_transaction().get_read_version().wait()
+    monkeypatch.undo()
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in ("PRAGMA journal_mode = DELETE", f"PRAGMA page_size = {store.PAGE_BYTES}", "VACUUM",
+                      "PRAGMA journal_mode = WAL"):
+        conn.execute(statement)
+    conn.close()
+    assert _page_size(path) == store.PAGE_BYTES
+    with EmbeddedDatabase(path) as db:
+        tr = db.create_transaction()
+        assert tr.get_read_version().wait() >= version
+        assert [tr.get(b"k%d" % i).wait() for i in (0, 199)] == [PAGE] * 2
+        _commit_pages(db, 10, start=200)
+        assert db.create_transaction().get(b"k209").wait() == PAGE
