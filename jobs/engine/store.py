@@ -59,9 +59,9 @@ FORMAT_VERSION = 2
 # fixes it when the file is made).  A commit writes, and checksums into the write-ahead
 # log, every page it changed, and a transaction that begins after another process's commit
 # reads again every page it needs; a job's rows are a few hundred bytes, so half of
-# SQLite's default 4096 moves half the bytes for the same rows (``python -m
-# bench.bench_engine``: one-write commits about 11% faster, on plain SQLite as on the
-# engine; four ``prefetch=1`` workers sharing a store 5-13% faster).
+# SQLite's default 4096 moves half the bytes for the same rows (each size alternating,
+# commit 6f09275: one-write commits of ``bench.bench_engine`` about 11% faster, on plain
+# SQLite as on the engine; four ``prefetch=1`` workers sharing a store 5-13% faster).
 PAGE_BYTES = 2048
 
 _SCHEMA = """
