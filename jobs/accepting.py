@@ -186,10 +186,11 @@ class AcceptCall:
         if not is_retryable(exc):
             return
         self.retries += 1
-        if error_code(exc) in MAYBE_COMMITTED:
+        code = error_code(exc)
+        if code in MAYBE_COMMITTED:
             self._maybe_unreadable += [(type, job_id, error, self._unreadable_entries[job_id])
                                        for type, job_id, error in self._new_unreadable]
-        if error_code(exc) == NOT_COMMITTED:
+        if code == NOT_COMMITTED:
             self.conflicts += 1
             places.conflicted()
             for job_id in self._new_picks:

@@ -126,16 +126,18 @@ class Checkpointer:
                 if not busy or time.monotonic() >= deadline:
                     break
                 time.sleep(self.RESTART_POLL)
+        if busy and pages < 0:  # (-1: another process's checkpoint was under way, not a reader)
+            return  # (the next round tries again)
         if busy:
             self.restarts_busy += 1
             self._busy_in_a_row += 1
             self._backoff = min(self.RESTART_BACKOFF_MAX, self._backoff * 2 or self.RESTART_BACKOFF)
             self._retry_at = time.monotonic() + self._backoff
             if self._busy_in_a_row % self.WARN_AFTER == 0:
-                log.warning("store %s: its write-ahead log cannot start over (%d restarts given up in a row%s): a "
-                            "read snapshot stays in it (a transaction that read and was neither committed, reset "
-                            "nor dropped, in this process or another)", self._db.path, self._busy_in_a_row,
-                            f", the last at {pages} pages" if pages >= 0 else "")  # (-1: another's checkpoint)
+                log.warning("store %s: its write-ahead log cannot start over (%d restarts given up in a row, the "
+                            "last at %d pages): a read snapshot stays in it (a transaction that read and was "
+                            "neither committed, reset nor dropped, in this process or another)", self._db.path,
+                            self._busy_in_a_row, pages)
         else:
             self.restarts += 1
             self._busy_in_a_row = 0

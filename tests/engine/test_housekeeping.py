@@ -215,3 +215,24 @@ def test_an_older_store_moves_to_small_pages_by_the_readme_recipe(tmp_path, monk
         assert [tr.get(b"k%d" % i).wait() for i in (0, 199)] == [PAGE] * 2
         _commit_pages(db, 10, start=200)
         assert db.create_transaction().get(b"k209").wait() == PAGE
+
+
+def test_a_restart_that_meets_another_process_checkpoint_is_no_reader_staying(tmp_path, short_log, caplog):
+    """SQLite answers -1 pages when another process's checkpoint holds the log: that is not
+    a reader staying in it, so it neither backs off nor warns; the next round tries again."""
+
+    class Busy:  # (a connection whose checkpoints all meet another process's)
+        def execute(self, _sql):
+            return self
+
+        def fetchone(self):
+            return (1, -1, -1)
+
+    path = str(tmp_path / "jobs.sqlite")
+    with EmbeddedDatabase(path) as db:
+        checkpointer = db._checkpointer
+        with caplog.at_level("WARNING", logger="jobs.engine"):
+            for _ in range(Checkpointer.WARN_AFTER + 1):
+                checkpointer._restart(Busy())
+        assert (checkpointer.restarts, checkpointer.restarts_busy, checkpointer._retry_at) == (0, 0, 0.0)
+        assert not [r for r in caplog.records if "cannot start over" in r.getMessage()]
