@@ -110,6 +110,7 @@ def machine(directory: str) -> dict:
         pass
     return {"cpu": bench_engine._cpu_model(), "cores": os.cpu_count(), "memory": mem,
             "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "interpreter": env.base_interpreter(),
             "sqlite": sqlite3.sqlite_version, "fs": bench_engine._filesystem(directory), "dir": directory,
             "load_before": [round(x, 2) for x in load]}
 

@@ -46,7 +46,8 @@ def _intro(args, m: dict, versions: dict, started: str, wall: float, command: st
         f"Produced by `{command}` on {started} in {wall / 60:.0f} min. "
         f"{'Quick smoke run: small sizes, one run, so noisy. ' if args.quick else ''}Each cell: {runs}.",
         "",
-        f"Machine: {m['cores']} CPUs ({m['cpu']}), {m['memory']}, {m['os']}, Python {m['python']}, "
+        f"Machine: {m['cores']} CPUs ({m['cpu']}), {m['memory']}, {m['os']}, Python {m['python']} "
+        f"({m.get('interpreter', 'interpreter not recorded')}, every peer's), "
         f"SQLite {m['sqlite']}; store files and server data on {m['fs']} (a temporary directory). "
         f"Load average before the run: {', '.join(map(str, m['load_before']))}. "
         "**Other work runs on this 2-core machine at the same time**, and every worker, server and "

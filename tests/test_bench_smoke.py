@@ -15,7 +15,7 @@ import pytest
 import jobs
 
 from bench import compare
-from bench.peers import record
+from bench.peers import env, record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,6 +36,36 @@ def test_record_lines_are_fixed_width(tmp_path, monkeypatch):
     record.record(0.0)
     assert record.count(str(tmp_path)) == 2
     assert [r[1] for r in record.read(str(tmp_path))] == [123.5, 0.0]
+
+
+def test_the_peers_venv_runs_on_the_projects_interpreter(tmp_path, monkeypatch):
+    """A peers' venv made from another interpreter is made again from ours (a comparison
+    runs every peer on one interpreter); one made from ours is kept, its packages installed
+    again only when the requirements change."""
+    venv, requirements = tmp_path / "peers", tmp_path / "requirements.txt"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / "pyvenv.cfg").write_text("home = /elsewhere/bin\nexecutable = /elsewhere/bin/python3.11\n")
+    requirements.write_text("huey==3.5.4\n")
+    monkeypatch.setattr(env, "PEERS_VENV", str(venv))
+    monkeypatch.setattr(env, "REQUIREMENTS", str(requirements))
+    ran = []
+    monkeypatch.setattr(env, "_run", lambda cmd, timeout, **kw: ran.append(cmd))
+    ours = env.base_interpreter()
+    assert env.venv_interpreter(str(venv)) == "/elsewhere/bin/python3.11"
+
+    env.ensure_peers_venv()
+    assert ran[0] == [ours, "-m", "venv", "--clear", str(venv)]
+    assert ran[1][:3] == [env.peers_python(), "-m", "pip"] and len(ran) == 2
+
+    (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(ours)}\nexecutable = {ours}\n")  # (as venv makes it)
+    ran.clear()
+    env.ensure_peers_venv()
+    assert ran == []  # made from ours, its packages in place
+
+    requirements.write_text("huey==3.5.5\n")
+    env.ensure_peers_venv()
+    assert [cmd[:3] for cmd in ran] == [[env.peers_python(), "-m", "pip"]]
 
 
 def test_ours_burndown_steady_and_sustained_through_the_harness(tmp_path):

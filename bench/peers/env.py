@@ -85,19 +85,43 @@ def peers_python() -> str:
     return os.path.join(PEERS_VENV, "bin", "python")
 
 
+def base_interpreter() -> str:
+    """The interpreter the running venv was made from (resolved): the one every peer of a
+    comparison runs on."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def venv_interpreter(venv: str) -> str | None:
+    """The interpreter ``venv`` was made from (resolved; its ``pyvenv.cfg``'s
+    ``executable``, which Python 3.11 writes), or None: no venv there, or an older one."""
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg")) as f:
+            for line in f:
+                name, sep, value = line.partition("=")
+                if sep and name.strip() == "executable":
+                    return os.path.realpath(value.strip())
+    except OSError:
+        pass
+    return None
+
+
 def ensure_peers_venv() -> str:
-    """bench/.peers-venv with requirements.txt installed; its python."""
+    """bench/.peers-venv with requirements.txt installed, made from the interpreter the
+    project's venv was made from (made again if it was not: a build of CPython can cost a
+    peer a sixth more CPU than another of the same version, and a comparison is run on one
+    interpreter, as on one machine); its python."""
     stamp = os.path.join(PEERS_VENV, ".installed")
+    base = base_interpreter()
     with open(REQUIREMENTS, "rb") as f:
-        wanted = f.read()
-    if os.path.exists(stamp):
+        wanted = f.read() + f"# interpreter: {base}\n".encode()
+    made_from = venv_interpreter(PEERS_VENV)
+    if made_from == base and os.path.exists(stamp):
         with open(stamp, "rb") as f:
             if f.read() == wanted:
                 return peers_python()
-    if not os.path.exists(peers_python()):
-        log(f"creating {os.path.relpath(PEERS_VENV, ROOT)}")
-        base = getattr(sys, "_base_executable", None) or sys.executable
-        _run([base, "-m", "venv", PEERS_VENV], 300)
+    if made_from != base or not os.path.exists(peers_python()):
+        log(f"creating {os.path.relpath(PEERS_VENV, ROOT)} with {base}")
+        _run([base, "-m", "venv", "--clear", PEERS_VENV], 300)
     log("pip install -r bench/peers/requirements.txt into the peers' venv")
     _run([peers_python(), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", REQUIREMENTS], 1200)
     with open(stamp, "wb") as f:
