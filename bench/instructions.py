@@ -149,6 +149,23 @@ class BareAdd:
         self.conn.close()
 
 
+def _accept_carrying_finish(db, n: int) -> None:
+    """What a ``prefetch=1`` processor's transactions do, without the processor: each
+    accept takes one job and writes the previous one's finish (``finish_many`` in its
+    ``also``), as the processor's outcomes ride its accepts; the last job is finished on
+    its own.  ``processor-p1`` less this is what the Processor costs a job."""
+    from jobs.accepting import AcceptCall
+
+    held = None
+    for _ in range(n):
+        call = AcceptCall(db, TYPE)
+        out = call.attempt(None if held is None else (lambda tr, job=held: jobs.finish_many(tr, [job])))
+        if not isinstance(out, list):
+            raise RuntimeError(f"expected a job, not {out!r}")
+        held = out[0]
+    jobs.finish(db, held)
+
+
 def _sqlite_add(_db, n: int) -> None:
     """:class:`BareAdd` ``n`` times."""
     add = BareAdd(tempfile.mkdtemp(prefix="instr-sqlite-"))
@@ -193,6 +210,9 @@ OPS = {
                            "an accept writing an outcome finds nothing, then its watch is set"),
     "processor": (_processor(32), True, "a job run by a Processor (1 lane, 32 jobs an accept), per job"),
     "processor-p1": (_processor(1), True, "the same with prefetch=1 (a job an accept), per job"),
+    "accept-carrying-finish": (_accept_carrying_finish, True,
+                               "processor-p1's transactions without the processor: an accept of one "
+                               "job writing the previous one's finish"),
 }
 
 

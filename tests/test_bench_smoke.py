@@ -200,10 +200,10 @@ def test_latency_bench_runs_both_ways(capsys, monkeypatch):
         latency.main(["--steady", "0"])
 
 
-@pytest.mark.parametrize("op", ["add_many-data", "accept_many", "accept_many+finish_many"])
+@pytest.mark.parametrize("op", ["add_many-data", "accept_many", "accept_many+finish_many", "accept-carrying-finish"])
 def test_the_batched_instruction_ops_do_what_they_count(tmp_path, op):
-    """The batched operations run as counted (here without valgrind): every job added,
-    taken or finished."""
+    """The batched operations, and the accepts carrying finishes, run as counted (here
+    without valgrind): every job added, taken or finished."""
     from bench import instructions
 
     n = 2 * instructions.BATCH + 5  # (a last batch shorter than the others)
@@ -212,7 +212,7 @@ def test_the_batched_instruction_ops_do_what_they_count(tmp_path, op):
     with jobs.open(url) as db:
         states = collections.Counter(j.state for j in jobs.get_jobs(db, instructions.TYPE))
     want = {"add_many-data": {"pending": n}, "accept_many": {"running": n},
-            "accept_many+finish_many": {"finished": n}}[op]
+            "accept_many+finish_many": {"finished": n}, "accept-carrying-finish": {"finished": n}}[op]
     assert dict(states) == want
 
 
