@@ -123,7 +123,8 @@ class Acceptor:
             if self.drained and not (wrote or watching or self._turn_waited):
                 self._turn_waited = True  # (drained: in line for the turn before looking)
                 return self._wait(turn, slice_seconds)
-            for type in random.sample(self.types, len(self.types)):
+            # (the types in a random order, none first for ever; one type needs no shuffle)
+            for type in self.types if len(self.types) == 1 else random.sample(self.types, len(self.types)):
                 call = self._calls.get(type)
                 if call is None:  # a call (and its lock) lives until it returns jobs (1021)
                     call = self._calls[type] = AcceptCall(self.db, type)
