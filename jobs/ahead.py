@@ -11,31 +11,36 @@ nothing changes.
 
 from __future__ import annotations
 
-import contextlib
-
 # id(transaction) -> {key: the future of its read}, while a block of that transaction runs
 _blocks: dict[int, dict[bytes, object]] = {}
 
 
-@contextlib.contextmanager
-def block(tr, keys):
-    """Issue the reads of ``keys`` now, for the calls made in the ``with`` block.  Inside
-    a block of the same transaction, it joins that block (reads of keys not in it yet are
-    added to it), so that a call reading ahead within a caller's block spoils neither."""
-    ahead = _blocks.get(id(tr))
-    if ahead is not None:
-        for key in dict.fromkeys(keys):
-            if key not in ahead:
-                ahead[key] = tr.get(key)
-        yield
-        return
-    ahead = {key: tr.get(key) for key in dict.fromkeys(keys)}
-    _blocks[id(tr)] = ahead
-    try:
-        yield
-    finally:
-        if _blocks.get(id(tr)) is ahead:
-            del _blocks[id(tr)]
+class block:
+    """``with block(tr, keys):`` issue the reads of ``keys`` now, for the calls made in the
+    block.  Inside a block of the same transaction, it joins that block (reads of keys not
+    in it yet are added to it), so that a call reading ahead within a caller's block spoils
+    neither.  (A class, not a generator: every accept and finish enters one.)"""
+
+    __slots__ = ("_tr", "_ahead")
+
+    def __init__(self, tr, keys):
+        self._tr = tr
+        ahead = _blocks.get(id(tr))
+        if ahead is not None:  # (joining: the outer block forgets them)
+            for key in dict.fromkeys(keys):
+                if key not in ahead:
+                    ahead[key] = tr.get(key)
+            self._ahead = None
+        else:
+            self._ahead = {key: tr.get(key) for key in dict.fromkeys(keys)}
+
+    def __enter__(self) -> None:
+        if self._ahead is not None:
+            _blocks[id(self._tr)] = self._ahead
+
+    def __exit__(self, *exc) -> None:
+        if self._ahead is not None and _blocks.get(id(self._tr)) is self._ahead:
+            del _blocks[id(self._tr)]
 
 
 def read(tr, key: bytes, shared: bool = False):

@@ -126,15 +126,18 @@ class RunState:
             self.halted.set()
             return True if then is None else then()
 
-    @contextlib.contextmanager
-    def stoppable(self, stopper):
-        """While the handler runs, :meth:`stop_handler` calls ``stopper`` (None: the
-        handler is not to be stopped)."""
+    def stoppable(self, stopper) -> "RunState":
+        """``with state.stoppable(stopper):`` while the handler runs, :meth:`stop_handler`
+        calls ``stopper`` (None: the handler is not to be stopped).  (The state is its own
+        context manager, which clears it: no generator a job.)"""
         self._stopper = stopper
-        try:
-            yield
-        finally:
-            self._stopper = None
+        return self
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc) -> None:
+        self._stopper = None
 
     def stop_handler(self) -> None:
         """Cancel the async handler's scope or interrupt the sync handler's thread (if
