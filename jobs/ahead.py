@@ -26,7 +26,7 @@ class block:
     def __init__(self, tr, keys):
         self._tr = tr
         ahead = _blocks.get(id(tr))
-        if ahead is not None:  # (joining: the outer block forgets them)
+        if ahead is not None:  # (joining the block under way: its end forgets these reads too)
             for key in dict.fromkeys(keys):
                 if key not in ahead:
                     ahead[key] = tr.get(key)
