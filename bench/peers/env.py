@@ -113,7 +113,7 @@ def ensure_peers_venv() -> str:
     stamp = os.path.join(PEERS_VENV, ".installed")
     base = base_interpreter()
     with open(REQUIREMENTS, "rb") as f:
-        wanted = f.read() + f"# interpreter: {base}\n".encode()
+        wanted = f.read()
     made_from = venv_interpreter(PEERS_VENV)
     if made_from == base and os.path.exists(stamp):
         with open(stamp, "rb") as f:

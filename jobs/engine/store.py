@@ -123,9 +123,9 @@ class EmbeddedDatabase:
 
     def _connect(self) -> sqlite3.Connection:
         try:
+            # (timeout: SQLite's busy timeout, 30 s of waiting for its locks)
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             conn.execute(f"PRAGMA synchronous = {self._sync}")
-            conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA cache_size = -16000")
             conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.SAFETY_PAGES}")
             # (a log started over is cut to this size by the next write: checkpoints.py)
