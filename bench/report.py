@@ -171,10 +171,10 @@ def _scale_section(scale: dict) -> list[str]:
                 "| jobs pending | add, µs | accept + finish, µs | status gather, s | exact gather, s | preload, s |",
                 "|---:|---:|---:|---:|---:|---:|"]
         none = [[]] * len(scale["sizes"])
-        for size, adds, takes, st, ex, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"],
+        for pending, adds, takes, st, ex, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"],
                                                   scale.get("status_s") or none, scale.get("status_exact_s") or none,
                                                   scale["preload_s"]):
-            out.append(f"| {size:,} | {_med(adds)} | {_med(takes)} | {_secs(st)} | {_secs(ex)} | {pre:,.0f} |")
+            out.append(f"| {pending:,} | {_med(adds)} | {_med(takes)} | {_secs(st)} | {_secs(ex)} | {pre:,.0f} |")
     else:
         out.append(f"failed: {scale.get('error')}")
     out.append("")
