@@ -9,8 +9,10 @@ Debian machine, or with redis-server and PostgreSQL installed.  It installs what
 missing (``apt-get install redis-server postgresql``; the peers, pinned in
 ``bench/peers/requirements.txt``, into ``bench/.peers-venv``), starts a Redis server and a
 PostgreSQL cluster on 127.0.0.1 with their data in a temporary directory, runs every
-workload (``bench/peers/harness.py`` says what each measures) for every queue, stops the
-servers, and writes ``bench/results/RESULTS.md``, ``results.json`` and PNG plots.
+workload (``bench/peers/harness.py`` says what each measures) for every queue (each
+setting for every queue back to back, the queues in the opposite order every other repeat:
+``schedule``), stops the servers, and writes ``bench/results/RESULTS.md``,
+``results.json`` and PNG plots.
 
 Every workload runs in a driver process under a timeout; a peer that fails or hangs is
 killed (its workers too) and reported as failed in the table; the rest goes on.
@@ -173,31 +175,50 @@ def drive(peer: str, workload: str, params: dict, base: str, servers, timeout: f
     return result
 
 
+def schedule(args) -> list[tuple[int, str, str, dict, float]]:
+    """Every measurement of a run, in the order it is made: ``(repeat, peer, workload,
+    params, timeout s)``.  Within a repeat each measurement (a workload at one setting) is
+    made for every peer back to back, so that the figures a ratio compares are seconds
+    apart, not the minutes a peer's whole set of workloads takes; and every other repeat
+    takes the peers in the opposite order, so that the machine's drift through a repeat
+    favours no peer (a faster or slower minute falls on each in turn)."""
+    settings: list[tuple[str, dict, float]] = []  # (workload, its params but a peer's job count, timeout s)
+    for w in args.workloads:
+        if w == "burndown":
+            settings += [(w, {"workers": n}, 240) for n in args.workers]
+        elif w == "steady":
+            settings += [(w, {"rate": rate, "secs": args.secs, "workers": 4}, 240 + args.secs) for rate in args.rates]
+        elif w == "sustained":
+            settings.append((w, {"workers": 4}, 240))
+        elif w == "recovery":
+            settings.append((w, {"cap": args.cap}, 240 + args.cap))
+    out = []
+    for r in range(args.repeat):
+        peers = args.peers if r % 2 == 0 else args.peers[::-1]
+        for workload, params, timeout in settings:
+            for peer in peers:
+                if workload in CLASSES[peer].skip:
+                    continue
+                if workload == "burndown":
+                    n = size(peer, args.jobs)
+                    out.append((r, peer, workload, {"jobs": n, **params}, timeout + n / 25))
+                elif workload == "sustained":
+                    n = size(peer, args.sustained_jobs)
+                    out.append((r, peer, workload, {"jobs": n, **params}, timeout + n / 20))
+                else:
+                    out.append((r, peer, workload, dict(params), timeout))
+    return out
+
+
 def run_all(args, base: str, servers) -> list[dict]:
+    """Make the run's measurements (``schedule``), each in a driver process of its own."""
     results: list[dict] = []
     seq = [0]
-    # Peers interleaved within each repeat, so drift on the machine affects all alike.
-    for r in range(args.repeat):
-        log(f"--- run {r + 1}/{args.repeat}")
-        for peer in args.peers:
-            wanted = [w for w in args.workloads if w not in CLASSES[peer].skip]
-            if "burndown" in wanted:
-                n = size(peer, args.jobs)
-                for w in args.workers:
-                    res = drive(peer, "burndown", {"jobs": n, "workers": w}, base, servers, 240 + n / 25, seq)
-                    results.append({**res, "run": r})
-            if "steady" in wanted:
-                for rate in args.rates:
-                    res = drive(peer, "steady", {"rate": rate, "secs": args.secs, "workers": 4}, base, servers,
-                                240 + args.secs, seq)
-                    results.append({**res, "run": r})
-            if "sustained" in wanted:
-                n = size(peer, args.sustained_jobs)
-                res = drive(peer, "sustained", {"jobs": n, "workers": 4}, base, servers, 240 + n / 20, seq)
-                results.append({**res, "run": r})
-            if "recovery" in wanted:
-                res = drive(peer, "recovery", {"cap": args.cap}, base, servers, 240 + args.cap, seq)
-                results.append({**res, "run": r})
+    for r, peer, workload, params, timeout in schedule(args):
+        if seq[0] == 0 or results[-1]["run"] != r:
+            log(f"--- run {r + 1}/{args.repeat}")
+        res = drive(peer, workload, params, base, servers, timeout, seq)
+        results.append({**res, "run": r})
     return results
 
 

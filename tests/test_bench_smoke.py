@@ -89,6 +89,25 @@ def test_watch_bench_runs_both_modes():
     assert "| doorbell | 10 ms |" in p.stdout and "| polling | 10 ms |" in p.stdout
 
 
+def test_a_run_measures_each_setting_for_every_peer_back_to_back():
+    """Figures a ratio compares are made seconds apart, the peers in the opposite order
+    every other repeat; a peer's skipped workloads and smaller job counts are kept."""
+    args = compare.parse_args(["--peers", "ours,ours_p1,rq", "--workloads", "burndown,steady,recovery",
+                               "--workers", "1", "4", "--rates", "50", "--repeat", "2", "--jobs", "20000"])
+    plan = [(r, peer, workload, params.get("rate", params.get("workers"))) for r, peer, workload, params, _t
+            in compare.schedule(args)]
+    first = [("burndown", 1), ("burndown", 4), ("steady", 50.0), ("recovery", None)]
+    expected = []
+    for r, peers in ((0, ["ours", "ours_p1", "rq"]), (1, ["rq", "ours_p1", "ours"])):
+        for workload, setting in first:
+            expected += [(r, peer, workload, setting) for peer in peers
+                         if not (peer == "ours_p1" and workload == "recovery")]
+    assert plan == expected
+    jobs = {(peer, params["workers"]): params["jobs"] for _r, peer, workload, params, _t in compare.schedule(args)
+            if workload == "burndown"}
+    assert jobs[("ours", 4)] == 20000 and jobs[("rq", 4)] < 20000  # (RQ forks per job: a smaller run)
+
+
 def test_report_renders_failures_and_numbers():
     args = compare.parse_args(["--quick", "--peers", "ours,huey", "--workloads", "burndown,steady,recovery"])
     results = [
