@@ -172,8 +172,8 @@ def _scale_section(scale: dict) -> list[str]:
                 "|---:|---:|---:|---:|---:|---:|"]
         none = [[]] * len(scale["sizes"])
         for pending, adds, takes, st, ex, pre in zip(scale["sizes"], scale["add_us"], scale["take_us"],
-                                                  scale.get("status_s") or none, scale.get("status_exact_s") or none,
-                                                  scale["preload_s"]):
+                                                     scale.get("status_s") or none,
+                                                     scale.get("status_exact_s") or none, scale["preload_s"]):
             out.append(f"| {pending:,} | {_med(adds)} | {_med(takes)} | {_secs(st)} | {_secs(ex)} | {pre:,.0f} |")
     else:
         out.append(f"failed: {scale.get('error')}")
