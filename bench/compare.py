@@ -182,31 +182,28 @@ def schedule(args) -> list[tuple[int, str, str, dict, float]]:
     apart, not the minutes a peer's whole set of workloads takes; and every other repeat
     takes the peers in the opposite order, so that the machine's drift through a repeat
     favours no peer (a faster or slower minute falls on each in turn)."""
-    settings: list[tuple[str, dict, float]] = []  # (workload, its params but a peer's job count, timeout s)
+    # (workload, params, timeout s, the job count asked of each peer (None: none), s a job)
+    settings: list[tuple[str, dict, float, int | None, float]] = []
     for w in args.workloads:
         if w == "burndown":
-            settings += [(w, {"workers": n}, 240) for n in args.workers]
+            settings += [(w, {"workers": n}, 240, args.jobs, 1 / 25) for n in args.workers]
         elif w == "steady":
-            settings += [(w, {"rate": rate, "secs": args.secs, "workers": 4}, 240 + args.secs) for rate in args.rates]
+            settings += [(w, {"rate": rate, "secs": args.secs, "workers": 4}, 240 + args.secs, None, 0)
+                         for rate in args.rates]
         elif w == "sustained":
-            settings.append((w, {"workers": 4}, 240))
+            settings.append((w, {"workers": 4}, 240, args.sustained_jobs, 1 / 20))
         elif w == "recovery":
-            settings.append((w, {"cap": args.cap}, 240 + args.cap))
+            settings.append((w, {"cap": args.cap}, 240 + args.cap, None, 0))
     out = []
     for r in range(args.repeat):
         peers = args.peers if r % 2 == 0 else args.peers[::-1]
-        for workload, params, timeout in settings:
+        for workload, params, timeout, jobs, per_job in settings:
             for peer in peers:
                 if workload in CLASSES[peer].skip:
                     continue
-                if workload == "burndown":
-                    n = size(peer, args.jobs)
-                    out.append((r, peer, workload, {"jobs": n, **params}, timeout + n / 25))
-                elif workload == "sustained":
-                    n = size(peer, args.sustained_jobs)
-                    out.append((r, peer, workload, {"jobs": n, **params}, timeout + n / 20))
-                else:
-                    out.append((r, peer, workload, dict(params), timeout))
+                n = None if jobs is None else size(peer, jobs)  # (a peer may run fewer: lineup.size)
+                out.append((r, peer, workload, dict(params) if n is None else {"jobs": n, **params},
+                            timeout + (n or 0) * per_job))
     return out
 
 
@@ -215,7 +212,7 @@ def run_all(args, base: str, servers) -> list[dict]:
     results: list[dict] = []
     seq = [0]
     for r, peer, workload, params, timeout in schedule(args):
-        if seq[0] == 0 or results[-1]["run"] != r:
+        if not results or results[-1]["run"] != r:  # (a repeat begins)
             log(f"--- run {r + 1}/{args.repeat}")
         res = drive(peer, workload, params, base, servers, timeout, seq)
         results.append({**res, "run": r})
