@@ -1,9 +1,18 @@
 """The peer comparison's report: RESULTS.md assembled one section per workload from the
-results ``bench.compare`` gathered."""
+results ``bench.compare`` gathered.  Run by itself, it renders a run's ``results.json``
+again (with the report of this checkout)::
+
+    python -m bench.report bench/results/results.json            # prints RESULTS.md
+    python -m bench.report /tmp/run/results.json --write         # rewrites the RESULTS.md beside it
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import sys
 
 from bench.lineup import BARE_BATCH, TITLES, size
 
@@ -222,6 +231,57 @@ def _setup_section(args, results) -> list[str]:
     return out
 
 
+# Issue 17's targets that compare two queues (the README's "Issue 17's targets"): what is
+# claimed, the workload and the setting its figures come from, the figure, ours and the
+# peer, and the ratio ours / peer a round must reach (figures that are better higher) or
+# stay within (latencies: lower is better).
+TARGETS = (
+    ("burn-down, 4 workers: 3x Huey", "burndown", {"workers": 4}, "jobs_per_s", "ours", "huey", 3.0),
+    ("`prefetch=1` burn-down, 4 workers: level with Huey", "burndown", {"workers": 4}, "jobs_per_s",
+     "ours_p1", "huey", 1.0),
+    ("sustained, 4 workers: 2x Huey", "sustained", {"workers": 4}, "jobs_per_s", "ours", "huey", 2.0),
+    ("steady at 200 jobs/s: p99 at or below Celery's", "steady", {"rate": 200}, "p99_ms", "ours", "celery", 1.0),
+)
+_LOWER_IS_BETTER = {"p99_ms"}
+
+
+def _by_round(results, peer: str, workload: str, match: dict, key: str) -> dict[int, float]:
+    """round -> ``key`` of ``peer``'s successful run of ``workload`` at the setting ``match``."""
+    return {r["run"]: r[key] for r in results
+            if r["peer"] == peer and r["workload"] == workload and r.get("ok") and r.get(key) is not None
+            and all(r["params"].get(k) == v for k, v in match.items())}
+
+
+def _targets_section(args, results) -> list[str]:
+    """Each comparative target, round by round: in a round the two queues ran the same
+    setting back to back (``compare.schedule``), so a ratio is taken within a round only,
+    and the verdict says in how many rounds it held and whether the median ratio does."""
+    rows = []
+    for what, workload, match, key, ours, peer, bound in TARGETS:
+        mine = _by_round(results, ours, workload, match, key)
+        theirs = _by_round(results, peer, workload, match, key)
+        rounds = sorted(set(mine) & set(theirs))
+        if not rounds:
+            continue
+        lower = key in _LOWER_IS_BETTER
+        ratios = [mine[r] / theirs[r] for r in rounds]
+        held = sum(1 for x in ratios if (x <= bound if lower else x >= bound))
+        fmt = "{:,.2f}" if lower else "{:,.0f}"
+        cells = "; ".join(f"{fmt.format(mine[r])} / {fmt.format(theirs[r])} = {x:.2f}x"
+                          for r, x in zip(rounds, ratios))
+        median = statistics.median(ratios)
+        verdict = "yes" if (median <= bound if lower else median >= bound) else "no"
+        rows.append(f"| {what} | {cells} | {median:.2f}x | {held} of {len(rounds)} | {verdict} |")
+    if not rows:
+        return []
+    return ["## Targets, round by round", "",
+            "Issue 17's targets that compare two queues. Each cell: ours / the peer in one round "
+            "(the same setting run back to back), then their ratio; a target holds in a round when the "
+            "ratio reaches its bound (for a latency: stays at or under it).", "",
+            "| target | each round: ours / peer = ratio | median ratio | rounds held | median holds |",
+            "|---|---|---:|---:|---|", *rows, ""]
+
+
 # The queue workloads' sections, in the report's order.
 _SECTIONS = (("burndown", _burndown_section), ("steady", _steady_section), ("sustained", _sustained_section),
              ("recovery", _recovery_section))
@@ -234,9 +294,31 @@ def report(args, info: dict, versions: dict, results: list[dict], limit: dict | 
     for workload, section in _SECTIONS:
         if workload in args.workloads:
             out += section(args, results)
+    out += _targets_section(args, results)
     if scale is not None:
         out += _scale_section(scale)
     if limit is not None:
         out += _limit_section(args, results, limit)
     out += _setup_section(args, results)
     return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("results", help="a results.json written by bench.compare")
+    p.add_argument("--write", action="store_true", help="write RESULTS.md beside it instead of printing it")
+    a = p.parse_args(argv)
+    with open(a.results) as f:
+        data = json.load(f)
+    md = report(argparse.Namespace(**data["args"]), data["machine"], data["versions"], data["results"],
+                data.get("limit"), data.get("scale"), data["started"], data["wall_s"], data["command"])
+    if a.write:
+        with open(os.path.join(os.path.dirname(os.path.abspath(a.results)), "RESULTS.md"), "w") as f:
+            f.write(md)
+    else:
+        print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -128,6 +128,43 @@ def test_report_renders_failures_and_numbers():
     assert "none within 30 s" in md
 
 
+def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run_again(tmp_path, capsys):
+    """The targets section pairs ours and the peer of the same round (not medians of each),
+    says in how many rounds a target held and whether the median ratio does; a latency holds
+    at or under its bound.  ``python -m bench.report`` renders a results.json again."""
+    from bench import report
+
+    args = compare.parse_args(["--peers", "ours,ours_p1,huey,celery", "--workloads", "burndown,steady",
+                               "--workers", "4", "--rates", "200", "--repeat", "2"])
+
+    def run(peer, workload, r, **figures):
+        params = {"burndown": {"jobs": args.jobs, "workers": 4},
+                  "steady": {"rate": 200.0, "secs": args.secs, "workers": 4}}[workload]
+        return {"peer": peer, "workload": workload, "params": params, "ok": True, "run": r, "runs": 1, "jobs": 1,
+                **figures}
+
+    results = [run("ours", "burndown", 0, jobs_per_s=3000.0), run("huey", "burndown", 0, jobs_per_s=1000.0),
+               run("ours", "burndown", 1, jobs_per_s=2900.0), run("huey", "burndown", 1, jobs_per_s=1000.0),
+               run("ours_p1", "burndown", 0, jobs_per_s=900.0), run("ours_p1", "burndown", 1, jobs_per_s=1200.0),
+               run("ours", "steady", 0, p99_ms=1.5), run("celery", "steady", 0, p99_ms=1.5),
+               run("ours", "steady", 1, p99_ms=2.0), run("celery", "steady", 1, p99_ms=1.0)]
+    md = "\n".join(report._targets_section(args, results))
+    assert "| burn-down, 4 workers: 3x Huey | 3,000 / 1,000 = 3.00x; 2,900 / 1,000 = 2.90x | 2.95x | 1 of 2 | no |" in md
+    assert "| 900 / 1,000 = 0.90x; 1,200 / 1,000 = 1.20x | 1.05x | 1 of 2 | yes |" in md
+    assert "| 1.50 / 1.50 = 1.00x; 2.00 / 1.00 = 2.00x | 1.50x | 1 of 2 | no |" in md
+    assert "sustained" not in md  # (not run: no row)
+    assert report._targets_section(args, [r for r in results if r["peer"] != "huey" and r["workload"] != "steady"]) == []
+
+    data = {"command": "python -m bench.compare", "started": "now", "wall_s": 60, "machine": compare.machine(ROOT),
+            "versions": {}, "args": vars(args), "results": results, "limit": None, "scale": None}
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert report.main([str(tmp_path / "results.json")]) == 0
+    assert "## Targets, round by round" in capsys.readouterr().out
+    assert report.main([str(tmp_path / "results.json"), "--write"]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == compare.report(args, data["machine"], {}, results, None, None,
+                                                                   "now", 60, "python -m bench.compare")
+
+
 def test_fairness_bench_starts_key_b():
     p = subprocess.run([sys.executable, "-m", "bench.fairness", "--flood", "300", "--workers", "2", "--repeat", "1"],
                        cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=240)
