@@ -308,10 +308,14 @@ def main(argv=None) -> int:
     p.add_argument("results", help="a results.json written by bench.compare")
     p.add_argument("--write", action="store_true", help="write RESULTS.md beside it instead of printing it")
     a = p.parse_args(argv)
-    with open(a.results) as f:
-        data = json.load(f)
-    md = report(argparse.Namespace(**data["args"]), data["machine"], data["versions"], data["results"],
-                data.get("limit"), data.get("scale"), data["started"], data["wall_s"], data["command"])
+    try:
+        with open(a.results) as f:
+            data = json.load(f)
+        fields = (argparse.Namespace(**data["args"]), data["machine"], data["versions"], data["results"],
+                  data.get("limit"), data.get("scale"), data["started"], data["wall_s"], data["command"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        p.error(f"{a.results}: not a results.json of bench.compare ({type(exc).__name__}: {exc})")
+    md = report(*fields)
     if a.write:
         with open(os.path.join(os.path.dirname(os.path.abspath(a.results)), "RESULTS.md"), "w") as f:
             f.write(md)

@@ -163,6 +163,11 @@ def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run
     assert report.main([str(tmp_path / "results.json"), "--write"]) == 0
     assert (tmp_path / "RESULTS.md").read_text() == compare.report(args, data["machine"], {}, results, None, None,
                                                                    "now", 60, "python -m bench.compare")
+    (tmp_path / "other.json").write_text(json.dumps({"results": []}))
+    for bad in (tmp_path / "missing.json", tmp_path / "other.json"):
+        with pytest.raises(SystemExit) as stopped:
+            report.main([str(bad)])
+        assert stopped.value.code == 2 and "not a results.json of bench.compare" in capsys.readouterr().err
 
 
 def test_fairness_bench_starts_key_b():
