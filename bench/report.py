@@ -246,10 +246,11 @@ _LOWER_IS_BETTER = {"p99_ms"}
 
 
 def _by_round(results, peer: str, workload: str, match: dict, key: str) -> dict[int, float]:
-    """round -> ``key`` of ``peer``'s successful run of ``workload`` at the setting ``match``."""
+    """round -> ``key`` of ``peer``'s successful run of ``workload`` at the setting ``match``
+    (runs that do not say their round are left out)."""
     return {r["run"]: r[key] for r in results
             if r["peer"] == peer and r["workload"] == workload and r.get("ok") and r.get(key) is not None
-            and all(r["params"].get(k) == v for k, v in match.items())}
+            and r.get("run") is not None and all(r["params"].get(k) == v for k, v in match.items())}
 
 
 def _targets_section(args, results) -> list[str]:
@@ -260,7 +261,7 @@ def _targets_section(args, results) -> list[str]:
     for what, workload, match, key, ours, peer, bound in TARGETS:
         mine = _by_round(results, ours, workload, match, key)
         theirs = _by_round(results, peer, workload, match, key)
-        rounds = sorted(set(mine) & set(theirs))
+        rounds = sorted(r for r in set(mine) & set(theirs) if theirs[r])  # (a ratio needs the peer's figure)
         if not rounds:
             continue
         lower = key in _LOWER_IS_BETTER
