@@ -47,7 +47,7 @@ from bench.lineup import (  # noqa: E402
     size,
 )
 from bench.peers import env  # noqa: E402
-from bench.report import report  # noqa: E402
+from bench.report import report_of  # noqa: E402
 from jobsctl import scratch  # noqa: E402
 
 ROOT = env.ROOT
@@ -320,7 +320,7 @@ def main(argv=None) -> int:
     data_path = os.path.join(args.out, "results.json")
     with open(data_path, "w") as f:
         json.dump(data, f, indent=1)
-    md = report(args, info, versions, results, limit, scale, started, wall, command)
+    md = report_of(data)
     with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
         f.write(md)
     plots(args, data_path)

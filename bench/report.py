@@ -25,9 +25,14 @@ def _med(values, fmt="{:,.0f}") -> str:
     return f"{med} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
 
-def _cells(results, peer, workload, key, match=None, fmt="{:,.0f}") -> tuple[str, list[float]]:
-    rows = [r for r in results if r["peer"] == peer and r["workload"] == workload
+def _runs(results, peer: str, workload: str, match: dict | None = None) -> list[dict]:
+    """The results of ``peer``'s runs of ``workload`` (at the setting ``match``, if given)."""
+    return [r for r in results if r["peer"] == peer and r["workload"] == workload
             and all(r["params"].get(k) == v for k, v in (match or {}).items())]
+
+
+def _cells(results, peer, workload, key, match=None, fmt="{:,.0f}") -> tuple[str, list[float]]:
+    rows = _runs(results, peer, workload, match)
     if not rows:
         return "–", []
     vals = [r[key] for r in rows if r.get("ok") and r.get(key) is not None]
@@ -39,7 +44,7 @@ def _cells(results, peer, workload, key, match=None, fmt="{:,.0f}") -> tuple[str
 
 
 def _ran(results, peer: str, workload: str) -> bool:
-    return any(r["peer"] == peer and r["workload"] == workload for r in results)
+    return bool(_runs(results, peer, workload))
 
 
 def _reruns(results, workload: str) -> list[dict]:
@@ -152,7 +157,7 @@ def _recovery_section(args, results) -> list[str]:
            "other worker.", "",
            "| queue | recovery, s | recovered | mechanism |", "|---|---:|---|---|"]
     for peer in args.peers:
-        rows = [r for r in results if r["peer"] == peer and r["workload"] == "recovery"]
+        rows = _runs(results, peer, "recovery")
         if not rows:
             continue
         text, vals = _cells(results, peer, "recovery", "recovery_s", fmt="{:,.1f}")
@@ -248,12 +253,11 @@ _LOWER_IS_BETTER = {"p99_ms"}
 def _by_round(results, peer: str, workload: str, match: dict, key: str) -> dict[int, float]:
     """round -> ``key`` of ``peer``'s successful run of ``workload`` at the setting ``match``
     (runs that do not say their round are left out)."""
-    return {r["run"]: r[key] for r in results
-            if r["peer"] == peer and r["workload"] == workload and r.get("ok") and r.get(key) is not None
-            and r.get("run") is not None and all(r["params"].get(k) == v for k, v in match.items())}
+    return {r["run"]: r[key] for r in _runs(results, peer, workload, match)
+            if r.get("ok") and r.get(key) is not None and r.get("run") is not None}
 
 
-def _targets_section(args, results) -> list[str]:
+def _targets_section(results) -> list[str]:
     """Each comparative target, round by round: in a round the two queues ran the same
     setting back to back (``compare.schedule``), so a ratio is taken within a round only,
     and the verdict says in how many rounds it held and whether the median ratio does."""
@@ -295,13 +299,19 @@ def report(args, info: dict, versions: dict, results: list[dict], limit: dict | 
     for workload, section in _SECTIONS:
         if workload in args.workloads:
             out += section(args, results)
-    out += _targets_section(args, results)
+    out += _targets_section(results)
     if scale is not None:
         out += _scale_section(scale)
     if limit is not None:
         out += _limit_section(args, results, limit)
     out += _setup_section(args, results)
     return "\n".join(out)
+
+
+def report_of(data: dict) -> str:
+    """RESULTS.md of a run's data, as ``bench.compare`` writes it in ``results.json``."""
+    return report(argparse.Namespace(**data["args"]), data["machine"], data["versions"], data["results"],
+                  data.get("limit"), data.get("scale"), data["started"], data["wall_s"], data["command"])
 
 
 def main(argv=None) -> int:
@@ -311,12 +321,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     try:
         with open(a.results) as f:
-            data = json.load(f)
-        fields = (argparse.Namespace(**data["args"]), data["machine"], data["versions"], data["results"],
-                  data.get("limit"), data.get("scale"), data["started"], data["wall_s"], data["command"])
+            md = report_of(json.load(f))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         p.error(f"{a.results}: not a results.json of bench.compare ({type(exc).__name__}: {exc})")
-    md = report(*fields)
     if a.write:
         with open(os.path.join(os.path.dirname(os.path.abspath(a.results)), "RESULTS.md"), "w") as f:
             f.write(md)

@@ -14,7 +14,7 @@ import pytest
 
 import jobs
 
-from bench import compare
+from bench import compare, report
 from bench.peers import env, record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,7 +121,7 @@ def test_report_renders_failures_and_numbers():
          "ok": True, "p50_ms": 1.5, "p99_ms": 3.5, "rate": args.rates[0], "worker_cpu_ms_per_job": 1.25},
     ]
     info = compare.machine(ROOT)
-    md = compare.report(args, info, {}, results, None, None, "now", 60, "python -m bench.compare --quick")
+    md = report.report(args, info, {}, results, None, None, "now", 60, "python -m bench.compare --quick")
     assert "| ours (embedded engine) | 300 |" in md
     assert f"| ours (embedded engine) | {args.rates[0]:g} | 1.5 | 3.5 | {args.rates[0]:,.0f} | 1.25 |" in md
     assert "failed 1/1: hung" in md
@@ -133,8 +133,6 @@ def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run
     rounds' ratios, not the ratio of medians), says in how many rounds a target held and
     whether the median ratio does; a latency holds at or under its bound; a round without
     the peer's figure gives no ratio.  ``python -m bench.report`` renders a results.json again."""
-    from bench import report
-
     args = compare.parse_args(["--peers", "ours,ours_p1,huey,celery", "--workloads", "burndown,steady",
                                "--workers", "4", "--rates", "200", "--repeat", "2"])
 
@@ -150,13 +148,13 @@ def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run
                run("ours", "steady", 0, p99_ms=1.5), run("celery", "steady", 0, p99_ms=1.5),
                run("ours", "steady", 1, p99_ms=2.0), run("celery", "steady", 1, p99_ms=1.0),
                run("ours", "sustained", 0, jobs_per_s=100.0), run("huey", "sustained", 0, jobs_per_s=0.0)]
-    md = "\n".join(report._targets_section(args, results))
+    md = "\n".join(report._targets_section(results))
     # (the ratio of the medians would be 2,500 / 750 = 3.33x)
     assert "| burn-down, 4 workers: 3x Huey | 3,000 / 1,000 = 3.00x; 2,000 / 500 = 4.00x | 3.50x | 2 of 2 | yes |" in md
     assert "| 900 / 1,000 = 0.90x; 1,200 / 500 = 2.40x | 1.65x | 1 of 2 | yes |" in md
     assert "| 1.50 / 1.50 = 1.00x; 2.00 / 1.00 = 2.00x | 1.50x | 1 of 2 | no |" in md
     assert "sustained" not in md  # (the peer's figure is 0: no ratio, no row)
-    assert report._targets_section(args, [r for r in results if r["peer"] != "huey" and r["workload"] != "steady"]) == []
+    assert report._targets_section([r for r in results if r["peer"] != "huey" and r["workload"] != "steady"]) == []
 
     data = {"command": "python -m bench.compare", "started": "now", "wall_s": 60, "machine": compare.machine(ROOT),
             "versions": {}, "args": vars(args), "results": results, "limit": None, "scale": None}
@@ -164,8 +162,8 @@ def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run
     assert report.main([str(tmp_path / "results.json")]) == 0
     assert "## Targets, round by round" in capsys.readouterr().out
     assert report.main([str(tmp_path / "results.json"), "--write"]) == 0
-    assert (tmp_path / "RESULTS.md").read_text() == compare.report(args, data["machine"], {}, results, None, None,
-                                                                   "now", 60, "python -m bench.compare")
+    assert (tmp_path / "RESULTS.md").read_text() == report.report(args, data["machine"], {}, results, None, None,
+                                                                  "now", 60, "python -m bench.compare")
     (tmp_path / "other.json").write_text(json.dumps({"results": []}))
     for bad in (tmp_path / "missing.json", tmp_path / "other.json"):
         with pytest.raises(SystemExit) as stopped:
@@ -199,7 +197,6 @@ def test_bulk_and_batch_costs_run_every_way(tmp_path, capsys):
 def test_a_run_with_jobs_run_twice_keeps_what_the_workers_logged(tmp_path):
     """The work directory is removed after a run: the warnings of a run that ran jobs twice
     are kept in its result and shown under the table."""
-    from bench import report
     from bench.peers import harness
 
     (tmp_path / "worker-0.log").write_text("INFO ok\n2026 processors WARNING: job bench/e7: its outcome was "
