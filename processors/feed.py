@@ -17,6 +17,13 @@ jobs still take one job at a time.  Nor does it hold more jobs at once: a batch 
 ahead is no larger than ``prefetch`` less the jobs still held (whose outcomes are not
 written yet, or not by this transaction).
 
+Carrying: once the queue is drained (jobs come one at a time), a look would write the
+outcomes and find nothing, and a second transaction would set its watch (a watch is a
+read: it must not go in a transaction that writes).  So the outcomes ride only an accept
+that takes a job: the look that finds none stays read-only and watches, and the outcomes
+wait for the next job's accept while that job is due within ``FINISH_DELAY`` at the pace
+jobs came (``LATE_GAPS``), else they are committed as the wait begins, as before.
+
 Lingering: after a batch that came back short but not single (jobs come faster than one
 at a time, and the queue was drained), the next accept waits until ``ACCEPT_LINGER``
 after that one began, and none is made ahead: the jobs added meanwhile go in one batch,
@@ -56,6 +63,10 @@ PACE_WEIGHT = 0.2  # weight of the newest run (and accept) in the moving average
 # and write lock are what a producer adding at full speed needs).  A lone job (a trickle)
 # or a full batch (a backlog) never waits.
 ACCEPT_LINGER = 0.0025
+# A trickle's outcomes wait for the accept that takes its next job (which carries them)
+# until that job is this many of the usual gaps between jobs late (the trickle paused:
+# they go on their own), ``FINISH_DELAY`` at most.
+LATE_GAPS = 2.0
 
 
 class Acceptor:
@@ -87,8 +98,10 @@ class Acceptor:
         self.types = list(types)
         self.stats = stats
         self.wake = threading.Event()
-        # Called as a step begins to wait for jobs (``waiting`` set first): the feed
-        # commits the outcomes no accept will carry soon.
+        # before_wait(watching), called as a step begins to wait for jobs (``waiting`` set
+        # first; ``watching``: this processor's wait is on a watch): the feed commits the
+        # outcomes no accept will carry soon, and returns None, or (monotonic) when to be
+        # called again, in the same wait, for those it left to the next accept.
         self.before_wait = before_wait
         # keep_turn(n): whether ``n`` jobs just taken run so soon that the turn is kept
         # through them (``Turn.keep``) rather than handed over; None: always handed over.
@@ -100,13 +113,19 @@ class Acceptor:
         self._turns_counted = 0
         self._closed = False
         self.drained = False  # the last look took fewer jobs than asked for (or none)
+        # the last step that took jobs came after one that found none (a trickle, even
+        # for an accept of one job, which ``drained`` cannot tell)
+        self.after_wait = False
+        self._found_none = False  # a step found nothing since the last that took jobs
         self._turn_waited = False  # (drained) this idle spell waited a slice for the turn
 
-    def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
+    def step(self, slice_seconds: float, limit: int = 1, also=None, carry=None) -> list[jobs.Job]:
         """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
         writes in the first accept transaction (committed whatever it finds; what it raises,
         e.g. ``finishes.Alone``, ends the step; a step that wrote it returns without
-        waiting, so that the caller learns it committed)."""
+        waiting, so that the caller learns it committed).  ``carry(tr)`` writes only in
+        an accept that takes jobs (``AcceptCall.attempt``): written if and only if the step
+        returns jobs; a step that attempts nothing leaves it unwritten."""
         wrote = also is not None
         turn = self._turn or self._make_turn()
         turn.resume()
@@ -133,7 +152,7 @@ class Acceptor:
                 call.on_conflict = self._pass_turn if watching else None
                 retries, conflicts, rearms = call.retries, call.conflicts, call.rearms
                 try:
-                    out = call.attempt(also)
+                    out = call.attempt(also, carry)
                 finally:
                     self.stats["accept_retries"] += call.retries - retries
                     self.stats["accept_conflicts"] += call.conflicts - conflicts
@@ -142,6 +161,7 @@ class Acceptor:
                 if isinstance(out, list):
                     self.stats["accept_batches"] += 1
                     self.drained, self._turn_waited = len(out) < limit, False
+                    self.after_wait, self._found_none = self._found_none, False
                     del self._calls[type]
                     self._cancel_waits()
                     if not (self.keep_turn is not None and self.keep_turn(len(out)) and turn.keep(KEEP_TURN)):
@@ -154,7 +174,7 @@ class Acceptor:
                 self._waits.append(out)
                 if out.watch is not None:
                     out.watch.on_ready(lambda _f: self.wake.set())
-            self.drained = True
+            self.drained = self._found_none = True
             if wrote:
                 return []  # (the next step waits on these watches)
         return self._wait(turn, slice_seconds)
@@ -173,13 +193,20 @@ class Acceptor:
         or for the turn."""
         self.waiting = True
         try:
-            if self.before_wait is not None:
-                self.before_wait()
-            if not self._watching():
+            watching = self._watching()
+            again = None if self.before_wait is None else self.before_wait(watching)
+            if not watching:
                 turn.wait(self.wake)  # (in line for the turn: a look again when it comes)
             due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
-            limit_s = min(slice_seconds, max(0.0, due - time.time()))
-            if self.wake.wait(limit_s) or time.time() >= due or not self._watching():
+            end = time.monotonic() + min(slice_seconds, max(0.0, due - time.time()))
+            while True:
+                until = end if again is None else min(end, again)
+                woken = self.wake.wait(max(0.0, until - time.monotonic()))
+                if not woken and again is not None and time.monotonic() < end:
+                    again = self.before_wait(watching)  # (its deadline: the outcomes left go now)
+                    continue  # (watching on: the watch stays set)
+                break
+            if woken or time.time() >= due or not self._watching():
                 self._cancel_waits()  # something changed (or no watch: look again each slice)
         finally:
             self.waiting = False
@@ -249,6 +276,9 @@ class Feed:
         self._accept_pace = 0.0  # moving average of an accept's seconds, when it found jobs
         self._pause = 0.0
         self._linger_until = 0.0  # (monotonic) after a short batch: no accept before then
+        self._gap: float | None = None  # moving average of the seconds between accepts that took jobs
+        self._last_taken = 0.0  # (monotonic) when the last accept that took jobs began
+        self._carrying: list | None = None  # outcomes the accept under way writes if it takes a job
         self._feeder: threading.Thread | None = None
         self._refill = threading.Event()  # the feeder has a batch to accept
         self._refill_limit = 0
@@ -294,6 +324,10 @@ class Feed:
                 self._linger_until = began + ACCEPT_LINGER if 1 < len(runs) < asked else 0.0
                 if runs:
                     self._accept_pace += PACE_WEIGHT * (time.monotonic() - began - self._accept_pace)
+                    if self._last_taken:
+                        gap = began - self._last_taken
+                        self._gap = gap if self._gap is None else self._gap + PACE_WEIGHT * (gap - self._gap)
+                    self._last_taken = began
                 self._accepting = False
                 self._ready.extend(runs)
                 self._cond.notify_all()
@@ -346,12 +380,40 @@ class Feed:
         measured (the turn is kept through them)."""
         return self._paced and self._pace * n < KEEP_TURN * self.lanes
 
-    def _before_wait(self) -> None:
-        """(The accepting thread, as it begins to wait for jobs.)  Commit the outcomes
-        queued: no accept carries them until a job comes.  A lane that queues one after
-        this looks at ``waiting`` and commits it itself."""
-        if len(self._finishes):
-            self._finishes.flush(wait=False)
+    def _before_wait(self, watching: bool) -> float | None:
+        """(The accepting thread, as it begins to wait for jobs, and at the time this
+        returns.)  Commit the outcomes queued: no accept carries them until a job comes;
+        but while this processor watches (it takes the next job) and that job is due
+        within ``FINISH_DELAY`` at the pace jobs came, leave them to the accept that takes
+        it, and return when the job is late (``LATE_GAPS`` of the usual gaps after the last
+        one was taken) or the oldest outcome will have waited ``FINISH_DELAY``: then they
+        go on their own, the watch kept.  A lane that queues one after this looks at
+        ``waiting`` and commits it itself."""
+        self._put_back()
+        if not len(self._finishes):
+            return None
+        until = None
+        if watching and self._gap is not None:
+            until = self._finishes.carry_until(self._last_taken + self._gap, self._last_taken + LATE_GAPS * self._gap)
+        if until is not None:
+            self._stats["outcomes_deferred"] += 1
+            return until
+        self._finishes.flush(wait=False)
+        return None
+
+    def _held_back(self, batch: list, carry: bool) -> list:
+        """(An accept that failed.)  The outcomes of ``batch`` it still holds: a carry's,
+        unless its wait queued them again."""
+        if not carry:
+            return batch
+        held, self._carrying = self._carrying, None
+        return held or []
+
+    def _put_back(self) -> None:
+        """Queue again the outcomes the last accept was to carry, had it taken a job."""
+        batch, self._carrying = self._carrying, None
+        if batch:
+            self._finishes.put_back(batch)
 
     def ran(self, seconds: float) -> None:
         """A lane ran a job in ``seconds``: the pace the next batches are sized by.  The
@@ -396,14 +458,25 @@ class Feed:
             self._finishes.commit(batch)
             batch = []
         write, lost = self._finishes.writer(batch) if batch else (None, None)
+        # Drained: jobs come one at a time, and this look likely finds none.  Its outcomes
+        # then ride the accept that takes the next job, and the look stays read-only and
+        # sets its own watch (written whatever it finds, it took a second transaction to
+        # set the watch: a watch is a read, and must not go in one that writes).
+        carry = bool(batch) and (self.acceptor.drained or self.acceptor.after_wait)
+        if carry:
+            self._carrying = batch
         began = tracing.clock()
         try:
-            taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
+            if carry:
+                taken = self.acceptor.step(ACCEPT_SLICE, limit, carry=write)
+            else:
+                taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
             self._pause = 0.0
         except Alone:  # the accept is retrying: its outcomes go first, on their own
-            self._finishes.commit(batch)
+            self._finishes.commit(self._held_back(batch, carry))
             return [], limit
         except Exception as exc:  # noqa: BLE001 - sorted below
+            batch = self._held_back(batch, carry)
             if batch:  # not written: on their own, then
                 self._finishes.commit(batch)
             if isinstance(exc, jobs.StoreError):  # the store cannot be used (layout, corruption): stop
@@ -414,7 +487,9 @@ class Feed:
             self._pause = min(ERROR_PAUSE_MAX, max(0.05, self._pause * 2))
             self._stopping.wait(self._pause)
             return [], limit
-        if batch:
+        if carry and not taken:  # (not carried: queued again, unless the wait did that)
+            self._put_back()
+        elif batch:
             self._finishes.report(batch, lost)
         if not taken:
             return [], limit

@@ -92,7 +92,9 @@ class Processor:
     watch may not go in a transaction that writes); accept_retries: accept attempts
     retried; accept_conflicts: of them, lost to another worker that took a picked job
     first; watch_turns: turns to watch for new jobs this processor held, as the idle
-    processor of its machine that an add wakes: ``turns.py``)."""
+    processor of its machine that an add wakes: ``turns.py``; outcomes_deferred: waits
+    for jobs that left the outcomes queued for the accept of the next job to write, jobs
+    coming one at a time but soon: ``feed.py``)."""
 
     def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH,
                  worker_heartbeat: float = HEARTBEAT):

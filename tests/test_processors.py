@@ -828,6 +828,38 @@ def test_an_outcome_queued_during_another_lanes_accept_is_written_before_that_ac
     assert queued.is_set() and p.stats["succeeded"] == 1
 
 
+def test_a_trickles_outcome_rides_the_accept_that_takes_the_next_job(db, monkeypatch):
+    """Jobs coming one at a time: the look after a run finds nothing, stays read-only and
+    sets its watch itself (no second transaction: ``accept_rearms`` stays 0); once jobs
+    came sooner than ``FINISH_DELAY`` apart, the outcome waits for the accept that takes
+    the next job, which writes it.  (``FINISH_DELAY`` and the pace's patience at ten
+    minutes here: nothing else writes it.)"""
+    from processors import feed, finishes
+
+    monkeypatch.setattr(finishes, "FINISH_DELAY", 600.0)
+    monkeypatch.setattr(feed, "LATE_GAPS", 1e9)
+    p = Processor(db, monitor=False)
+
+    @p.handler("t", timeout=600)
+    def handler(ctx):
+        return {"ran": ctx.job_id}
+
+    jobs.set_type_timeout(db, "t", 600)
+    with running(p, concurrency=1):
+        assert wait_until(lambda: p.stats["accept_empty"] >= 1)  # (watching: the jobs trickle in)
+        jobs.add(db, "t", "j1")  # no pace yet: its outcome goes as the look finds nothing
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "j1") == "finished")
+        assert p.stats["outcomes_deferred"] == 0
+        jobs.add(db, "t", "j2")  # the pace: sooner than FINISH_DELAY after j1
+        assert wait_until(lambda: p.stats["outcomes_deferred"] >= 1)
+        assert jobs.get_job_state(db, "t", "j2") == "running"  # its outcome waits, queued
+        jobs.add(db, "t", "j3")
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "j2") == "finished")
+        assert jobs.get_job(db, "t", "j2").data == {"ran": "j2"}
+    assert [jobs.get_job_state(db, "t", j) for j in ("j1", "j2", "j3")] == ["finished"] * 3  # (j3's at the stop)
+    assert p.stats["succeeded"] == 3 and p.stats["accept_rearms"] == 0 and p.stats["errors"] == 0
+
+
 def test_finishes_take_only_the_outcomes_that_fit_the_room(db):
     """``Finishes.take(room)``: the first queued outcomes whose data fit ``room`` bytes
     together, in order; the others stay queued for the next transaction."""
@@ -899,14 +931,23 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     carried = []
 
     def conflicting(self, tr, also=None):
-        if also is None:
+        writer = _outcomes_writer(self, also)
+        if writer is None:
             return body(self, tr)
-        also(tr)  # (raises Alone from its second attempt on)
+        wrote = []
+
+        def spied(tr):
+            writer(tr)  # (raises Alone from its third attempt on)
+            wrote.append(1)
+
+        out = _with_outcomes_writer(body, self, tr, also, spied)
+        if not wrote:  # (a carry, written only by an attempt that takes a job)
+            return out
         carried.append(1)
         raise FDBError(NOT_COMMITTED)
 
     monkeypatch.setattr(AcceptCall, "_body", conflicting)
-    ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1)
+    ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1, backlog=True)
     assert sorted(ran) == sorted(ids) and carried  # each ran once; accepts did carry outcomes
     # every conflict was counted, as a retried accept attempt (stats read after the stop;
     # adds racing an accept's snapshot may add a real conflict or two)
@@ -926,31 +967,59 @@ def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, mon
     first, retries = [], []  # the outcomes' writer of the accept that conflicted; its retries
 
     def once(self, tr, also=None):
-        if also is None:
+        writer = _outcomes_writer(self, also)
+        if writer is None:
             return body(self, tr)
         if not first:  # (the first accept that carries outcomes conflicts, once)
-            first.append(also)
-            also(tr)
+            wrote = []
+
+            def spied(tr):
+                writer(tr)
+                wrote.append(1)
+
+            out = _with_outcomes_writer(body, self, tr, also, spied)
+            if not wrote:  # (a carry, written only by an attempt that takes a job)
+                return out
+            first.append(writer)
             raise FDBError(NOT_COMMITTED)
-        if also is not first[0]:
+        if writer is not first[0]:
             return body(self, tr, also)
 
         def carried(tr):
             try:
-                also(tr)
+                writer(tr)
             except Alone:
                 retries.append("alone")
                 raise
             retries.append("carried")
 
-        return body(self, tr, carried)
+        return _with_outcomes_writer(body, self, tr, also, carried)
 
     monkeypatch.setattr(AcceptCall, "_body", once)
-    ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1)
+    ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1, backlog=True)
     assert sorted(ran) == sorted(ids) and first
     assert retries[0] == "carried"  # (a real conflict of that retry with an add may follow)
     assert stats["succeeded"] == 12
     assert [jobs.get_job_state(db, "t", job_id) for job_id in ids] == ["finished"] * 12
+
+
+def _outcomes_writer(call, also):
+    """What writes the queued outcomes in an accept attempt of ``call``: its ``also``
+    (written whatever the attempt finds), else its ``carry`` (written only by an attempt
+    that takes jobs: once the queue is drained), or None."""
+    return also if also is not None else call._carry
+
+
+def _with_outcomes_writer(body, call, tr, also, writer):
+    """``body(call, tr, also)`` (``AcceptCall._body``) with ``writer`` in place of the
+    attempt's outcomes writer (:func:`_outcomes_writer`)."""
+    if also is not None:
+        return body(call, tr, writer)
+    carry, call._carry = call._carry, writer
+    try:
+        return body(call, tr)
+    finally:
+        call._carry = carry
 
 
 def test_accepts_that_find_nothing_are_counted(db):
@@ -961,10 +1030,12 @@ def test_accepts_that_find_nothing_are_counted(db):
     assert stats["accept_empty"] >= 1 and stats["accept_batches"] >= 1
 
 
-def _run_to_the_end(db, store, n: int, concurrency: int):
+def _run_to_the_end(db, store, n: int, concurrency: int, backlog: bool = False):
     """Run ``n`` no-op jobs through a Processor on ``store`` until all are finished (read
     in ``db``); their ids, the ids of the runs in the order they started, and the
-    processor's stats."""
+    processor's stats.  ``backlog``: the jobs are added before the processor starts (its
+    first accept takes one, at the pace it guesses; the next, carrying that one's outcome,
+    the rest), else while it runs."""
     p = Processor(store)
     ran = []
 
@@ -974,8 +1045,9 @@ def _run_to_the_end(db, store, n: int, concurrency: int):
         return {"done": True}
 
     jobs.set_type_timeout(db, "t", 60)
+    ids = [p.submit("t", {"i": i}).job_id for i in range(n)] if backlog else []
     with running(p, concurrency=concurrency):
-        ids = [p.submit("t", {"i": i}).job_id for i in range(n)]
+        ids = ids or [p.submit("t", {"i": i}).job_id for i in range(n)]
         assert wait_until(lambda: all(jobs.get_job_state(db, "t", i) == "finished" for i in ids))
     return ids, ran, p.stats
 
