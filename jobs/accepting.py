@@ -127,39 +127,28 @@ class AcceptCall:
         # None: its caller learns of new jobs otherwise, as a processor not holding the
         # turn to watch does: ``processors/turns.py``)
         self.watching = True
-        self._carry = None  # the current attempt's ``carry``
 
     # --- one attempt ---------------------------------------------------------------------
 
-    def attempt(self, also=None, carry=None) -> list[Job] | Wait | None:
+    def attempt(self, also=None) -> list[Job] | Wait | None:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait (none
         due, or the type paused; after an attempt that wrote ``also``, its watch is set once
         it committed, by a transaction that looks again if a job came meanwhile); or None:
         attempt again at once (a stale queue entry was dropped).  ``also(tr)``,
         if given, writes the caller's own changes in the same transaction (committed in
-        every case; e.g. a worker's finished jobs).  ``carry(tr)`` writes them only in a
-        transaction that takes jobs: it committed if and only if this returns jobs (an
-        attempt that finds nothing stays read-only, and sets its watch itself).  A new lock
+        every case; e.g. a worker's finished jobs).  A new lock
         when no attempt may have locked a job with the old one (none picked yet): the lock
         says when its jobs started (``codec.new_lock``), not when the call began."""
         if not self._picked:
             self.lock = new_lock()
-        self._carry = carry
-        try:
-            out = run_noting(self.db, self._failed, self._body, also)
-        finally:
-            self._carry = None
+        out = run_noting(self.db, self._failed, self._body, also)
         self._say_unreadable()
         if isinstance(out, _Seen):  # found nothing in a transaction that wrote: watch now
             joined = pending.watch_joined(self.db, self.type, out.wakes)
             if joined is not None:
                 return Wait(joined, out.due)
             self.rearms += 1
-            self._carry = carry  # (a job that came meanwhile, taken there, carries it)
-            try:
-                out = run_noting(self.db, self._failed, self._rearm, out)
-            finally:
-                self._carry = None
+            out = run_noting(self.db, self._failed, self._rearm, out)
             self._say_unreadable()
         return out
 
@@ -221,7 +210,6 @@ class AcceptCall:
             also(tr)
         mine = self._already_mine(tr)
         if mine:  # (taken before any pause that committed since: it conflicted otherwise)
-            self._carried(tr)
             store_id = store_ids.store_id_of(store)
             return [self._job(job_id, row, store_id) for job_id, row in mine]
         now = time.time()
@@ -248,14 +236,8 @@ class AcceptCall:
         if not taken:
             return None
         rates.started(tr, self.type, waits[:len(taken)])
-        self._carried(tr)
         store_id = store_ids.store_id_of(store)
         return [self._job(job_id, row, store_id) for job_id, row in taken]
-
-    def _carried(self, tr) -> None:
-        """(An attempt that takes jobs.)  Write the attempt's ``carry``, if any."""
-        if self._carry is not None:
-            self._carry(tr)
 
     def _within_budget(self, tr, picked: list[bytes], admission) -> tuple[list[bytes], list]:
         """The first of ``picked`` whose rows one transaction can rewrite (``ROWS_BYTES`` in

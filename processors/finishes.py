@@ -7,11 +7,10 @@ the next), as much of it as fits beside the rows that accept may take (``TRANSAC
 rows of ``ROW_BYTES`` in all), in its first two attempts only (an accept retried again
 hands it back, :class:`Alone`), or
 committed on its own when it holds ``limit`` outcomes or its oldest has
-waited ``FINISH_DELAY`` seconds (one such committer at a time).  Once jobs come one at a
-time (the queue drained), an accept carries them only if it takes a job: the look that
-finds nothing stays read-only and sets its watch itself, and the outcomes wait for the
-accept of the next job while it is due soon (``feed.Feed``: ``put_back``,
-``carry_until``).  Every job
+waited ``FINISH_DELAY`` seconds (one such committer at a time).  Once jobs trickle in, no
+look carries them (``feed.py``): they are committed as the processor begins to wait for
+the next job, or, while jobs come sooner than ``FINISH_DELAY`` apart, with the next ones,
+within that delay (``hold_until``).  Every job
 keeps its own fence inside the shared transaction: a job lost meanwhile (``Halt``) writes
 nothing and does not stop the others from committing.  Outcomes that cannot share a
 transaction (``on_commit`` writes) are not queued: the processor writes them alone.
@@ -55,6 +54,7 @@ class Finishes:
         self.limit = limit
         self._lock = threading.Lock()
         self._queue: list = []  # (run, outcome, kind)
+        self._sizes: list[int] = []  # the bytes of each queued outcome's data, as encoded
         self._oldest = 0.0  # monotonic time the oldest queued outcome was queued
         self._committing = threading.Lock()
 
@@ -64,11 +64,11 @@ class Finishes:
         if not run.state.finish():  # (no more heartbeats; the lost-job watcher leaves it alone)
             return False
         run.queued_at = now = time.monotonic()
-        run.queued_bytes = size
         with self._lock:
             if not self._queue:
                 self._oldest = now
             self._queue.append((run, outcome, kind))
+            self._sizes.append(size)
         return True
 
     def __len__(self) -> int:
@@ -80,12 +80,12 @@ class Finishes:
         queue = self._queue
         return bool(queue) and (now or len(queue) >= self.limit or time.monotonic() - self._oldest >= FINISH_DELAY)
 
-    def carry_until(self, expected: float, late: float) -> float | None:
-        """(Monotonic) until when the queued outcomes may wait for the accept that takes
-        the next job to carry them, that job ``expected`` and late from ``late`` on (both
-        monotonic): until it is late or the oldest will have waited ``FINISH_DELAY``,
-        whichever comes first; None (commit them now) if that is past, or if the job is
-        not expected before then."""
+    def hold_until(self, expected: float, late: float) -> float | None:
+        """(Monotonic) until when the queued outcomes may wait for the next ones to share
+        their commit, the next chance to commit them ``expected`` and the next job late
+        from ``late`` on (all monotonic): until it is late or the oldest outcome will have
+        waited ``FINISH_DELAY``, whichever comes first; None (commit them now) if that is
+        past, or comes before the next chance."""
         with self._lock:
             if not self._queue:
                 return None
@@ -112,26 +112,16 @@ class Finishes:
             n = min(self.limit, len(self._queue))
             if room is not None:
                 total = 0
-                for i, (run, _outcome, _kind) in enumerate(self._queue[:n]):
-                    total += run.queued_bytes
+                for i, size in enumerate(self._sizes[:n]):
+                    total += size
                     if total > room:
                         n = i
                         break
             batch, self._queue = self._queue[:n], self._queue[n:]
+            del self._sizes[:n]
             if n:
                 self._oldest = time.monotonic()
         return batch
-
-    def put_back(self, batch: list) -> None:
-        """Queue again, first, outcomes :meth:`take` removed that no transaction wrote
-        (the accept meant to carry them took no job), each with its first queued time:
-        their ``FINISH_DELAY`` runs from then, not from now."""
-        if not batch:
-            return
-        with self._lock:
-            oldest = min(run.queued_at for run, _outcome, _kind in batch)
-            self._oldest = min(oldest, self._oldest) if self._queue else oldest
-            self._queue[:0] = batch
 
     def writer(self, batch: list):
         """``(write, lost)``: ``write(tr)`` writes ``batch`` inside a caller's transaction

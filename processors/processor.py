@@ -93,7 +93,7 @@ class Processor:
     retried; accept_conflicts: of them, lost to another worker that took a picked job
     first; watch_turns: turns to watch for new jobs this processor held, as the idle
     processor of its machine that an add wakes: ``turns.py``; outcomes_deferred: waits
-    for jobs that left the outcomes queued for the accept of the next job to write, jobs
+    for jobs that held the outcomes queued to share a commit with the next ones, jobs
     coming one at a time but soon: ``feed.py``)."""
 
     def __init__(self, db, *, monitor: bool = True, grace: float = 30.0, prefetch: int = PREFETCH,

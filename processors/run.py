@@ -162,7 +162,6 @@ class Run:
         self.next_beat = self.held_since + beat_every
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
         self.queued_at = 0.0  # (monotonic) when its outcome was queued for the group commit
-        self.queued_bytes = 0  # the bytes of that outcome's data, as encoded
         self.state = RunState(f"job {job.type}/{job.id}")
 
     @property

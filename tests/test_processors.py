@@ -828,36 +828,62 @@ def test_an_outcome_queued_during_another_lanes_accept_is_written_before_that_ac
     assert queued.is_set() and p.stats["succeeded"] == 1
 
 
-def test_a_trickles_outcome_rides_the_accept_that_takes_the_next_job(db, monkeypatch):
-    """Jobs coming one at a time: the look after a run finds nothing, stays read-only and
-    sets its watch itself (no second transaction: ``accept_rearms`` stays 0); once jobs
-    came sooner than ``FINISH_DELAY`` apart, the outcome waits for the accept that takes
-    the next job, which writes it.  (``FINISH_DELAY`` and the pace's patience at ten
-    minutes here: nothing else writes it.)"""
+def _trickle(db, monkeypatch, late_gaps: float):
+    """A Processor (one lane) and its handler's runs, for jobs added one at a time, with
+    ``FINISH_DELAY`` at ten minutes (no timer writes an outcome) and ``LATE_GAPS`` as given."""
     from processors import feed, finishes
 
     monkeypatch.setattr(finishes, "FINISH_DELAY", 600.0)
-    monkeypatch.setattr(feed, "LATE_GAPS", 1e9)
+    monkeypatch.setattr(feed, "LATE_GAPS", late_gaps)
     p = Processor(db, monitor=False)
+    ran = []
 
     @p.handler("t", timeout=600)
     def handler(ctx):
+        ran.append(ctx.job_id)
         return {"ran": ctx.job_id}
 
     jobs.set_type_timeout(db, "t", 600)
+    return p, ran
+
+
+def test_a_trickles_outcomes_wait_for_the_next_ones_and_its_looks_set_their_own_watches(db, monkeypatch):
+    """Jobs coming one at a time: the look after a run carries no outcome, so it stays
+    read-only and sets its watch itself (no second transaction: ``accept_rearms`` stays
+    0); the first outcome, with no pace measured yet, is committed as the wait begins;
+    once jobs came sooner than ``FINISH_DELAY`` apart, an outcome waits to share the
+    commit of the next ones (here until the stop: the next job is never late)."""
+    p, ran = _trickle(db, monkeypatch, late_gaps=1e9)
     with running(p, concurrency=1):
         assert wait_until(lambda: p.stats["accept_empty"] >= 1)  # (watching: the jobs trickle in)
-        jobs.add(db, "t", "j1")  # no pace yet: its outcome goes as the look finds nothing
+        jobs.add(db, "t", "j1")
         assert wait_until(lambda: jobs.get_job_state(db, "t", "j1") == "finished")
         assert p.stats["outcomes_deferred"] == 0
         jobs.add(db, "t", "j2")  # the pace: sooner than FINISH_DELAY after j1
         assert wait_until(lambda: p.stats["outcomes_deferred"] >= 1)
-        assert jobs.get_job_state(db, "t", "j2") == "running"  # its outcome waits, queued
         jobs.add(db, "t", "j3")
-        assert wait_until(lambda: jobs.get_job_state(db, "t", "j2") == "finished")
-        assert jobs.get_job(db, "t", "j2").data == {"ran": "j2"}
-    assert [jobs.get_job_state(db, "t", j) for j in ("j1", "j2", "j3")] == ["finished"] * 3  # (j3's at the stop)
+        assert wait_until(lambda: ran == ["j1", "j2", "j3"] and p.stats["outcomes_deferred"] >= 2)
+        assert [jobs.get_job_state(db, "t", j) for j in ("j2", "j3")] == ["running"] * 2  # (queued together)
+    assert [jobs.get_job_state(db, "t", j) for j in ("j1", "j2", "j3")] == ["finished"] * 3
+    assert jobs.get_job(db, "t", "j3").data == {"ran": "j3"}
     assert p.stats["succeeded"] == 3 and p.stats["accept_rearms"] == 0 and p.stats["errors"] == 0
+
+
+def test_a_trickles_held_outcome_goes_once_the_next_job_is_late(db, monkeypatch):
+    """An outcome held for the next ones is committed, the watch kept, once the next job
+    is ``LATE_GAPS`` usual gaps late: the trickle paused (``FINISH_DELAY`` is ten minutes
+    here; nothing else writes it)."""
+    p, ran = _trickle(db, monkeypatch, late_gaps=2.0)
+    with running(p, concurrency=1):
+        assert wait_until(lambda: p.stats["accept_empty"] >= 1)
+        jobs.add(db, "t", "j1")
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "j1") == "finished")
+        jobs.add(db, "t", "j2")
+        assert wait_until(lambda: jobs.get_job_state(db, "t", "j2") == "finished")
+        assert p.stats["outcomes_deferred"] >= 1
+        jobs.add(db, "t", "j3")  # (taken on the watch kept)
+        assert wait_until(lambda: ran == ["j1", "j2", "j3"])
+    assert p.stats["succeeded"] == 3 and p.stats["accept_rearms"] == 0
 
 
 def test_finishes_take_only_the_outcomes_that_fit_the_room(db):
@@ -931,18 +957,9 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     carried = []
 
     def conflicting(self, tr, also=None):
-        writer = _outcomes_writer(self, also)
-        if writer is None:
+        if also is None:
             return body(self, tr)
-        wrote = []
-
-        def spied(tr):
-            writer(tr)  # (raises Alone from its third attempt on)
-            wrote.append(1)
-
-        out = _with_outcomes_writer(body, self, tr, also, spied)
-        if not wrote:  # (a carry, written only by an attempt that takes a job)
-            return out
+        also(tr)  # (raises Alone from its second attempt on)
         carried.append(1)
         raise FDBError(NOT_COMMITTED)
 
@@ -967,33 +984,24 @@ def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, mon
     first, retries = [], []  # the outcomes' writer of the accept that conflicted; its retries
 
     def once(self, tr, also=None):
-        writer = _outcomes_writer(self, also)
-        if writer is None:
+        if also is None:
             return body(self, tr)
         if not first:  # (the first accept that carries outcomes conflicts, once)
-            wrote = []
-
-            def spied(tr):
-                writer(tr)
-                wrote.append(1)
-
-            out = _with_outcomes_writer(body, self, tr, also, spied)
-            if not wrote:  # (a carry, written only by an attempt that takes a job)
-                return out
-            first.append(writer)
+            first.append(also)
+            also(tr)
             raise FDBError(NOT_COMMITTED)
-        if writer is not first[0]:
+        if also is not first[0]:
             return body(self, tr, also)
 
         def carried(tr):
             try:
-                writer(tr)
+                also(tr)
             except Alone:
                 retries.append("alone")
                 raise
             retries.append("carried")
 
-        return _with_outcomes_writer(body, self, tr, also, carried)
+        return body(self, tr, carried)
 
     monkeypatch.setattr(AcceptCall, "_body", once)
     ids, ran, stats = _run_to_the_end(db, db, 12, concurrency=1, backlog=True)
@@ -1001,25 +1009,6 @@ def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, mon
     assert retries[0] == "carried"  # (a real conflict of that retry with an add may follow)
     assert stats["succeeded"] == 12
     assert [jobs.get_job_state(db, "t", job_id) for job_id in ids] == ["finished"] * 12
-
-
-def _outcomes_writer(call, also):
-    """What writes the queued outcomes in an accept attempt of ``call``: its ``also``
-    (written whatever the attempt finds), else its ``carry`` (written only by an attempt
-    that takes jobs: once the queue is drained), or None."""
-    return also if also is not None else call._carry
-
-
-def _with_outcomes_writer(body, call, tr, also, writer):
-    """``body(call, tr, also)`` (``AcceptCall._body``) with ``writer`` in place of the
-    attempt's outcomes writer (:func:`_outcomes_writer`)."""
-    if also is not None:
-        return body(call, tr, writer)
-    carry, call._carry = call._carry, writer
-    try:
-        return body(call, tr)
-    finally:
-        call._carry = carry
 
 
 def test_accepts_that_find_nothing_are_counted(db):
@@ -1035,7 +1024,8 @@ def _run_to_the_end(db, store, n: int, concurrency: int, backlog: bool = False):
     in ``db``); their ids, the ids of the runs in the order they started, and the
     processor's stats.  ``backlog``: the jobs are added before the processor starts (its
     first accept takes one, at the pace it guesses; the next, carrying that one's outcome,
-    the rest), else while it runs."""
+    the rest), else while it runs (jobs it takes one at a time leave their outcomes to
+    commits of their own)."""
     p = Processor(store)
     ran = []
 
@@ -1174,6 +1164,28 @@ def test_an_accept_deferring_to_the_turns_holder_commits_its_outcomes_on_their_o
     finishes.queued = 1
     feed._accept(8)
     assert len(finishes.committed) == 1 and writes[-1] is not None  # (carried)
+
+
+def test_a_look_after_a_wait_carries_no_outcomes(db):
+    """A processor whose last job came after a look that found none (jobs trickle in)
+    looks without its outcomes: the look likely finds nothing again, and, writing
+    nothing, sets its own watch; the outcomes stay queued (committed as its wait begins,
+    or with the next ones: ``Feed._before_wait``)."""
+    from processors.feed import Feed
+
+    finishes = _InFlight(queued=2)
+    feed = Feed(db, ["t"], 1, 8, hold=lambda taken: taken, in_hand=lambda: 2, finishes=finishes,
+                stopping=threading.Event(), stats={})
+    writes = []
+    feed.acceptor.step = lambda slice_seconds, limit, also=None: writes.append(also) or []
+    feed.acceptor.defers = lambda: False
+    feed._idle = 1
+    feed.acceptor.after_wait = True
+    feed._accept(8)
+    assert writes == [None] and finishes.queued == 2 and finishes.committed == [] and finishes.flushed == 0
+    feed.acceptor.after_wait = False
+    feed._accept(8)
+    assert writes[-1] is not None and finishes.queued == 0 and finishes.committed == []  # (carried)
 
 
 def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_own(db):

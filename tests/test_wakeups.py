@@ -114,34 +114,6 @@ def test_an_accept_that_writes_and_finds_nothing_waits_on_a_watch(db):
     assert [job.id for job in call.attempt()] == ["j"]
 
 
-def test_an_accept_that_carries_writes_only_when_it_takes_a_job(db):
-    """``attempt(carry=...)``: an attempt that finds nothing does not write ``carry``, and
-    so sets its watch itself, in its one transaction (no ``rearms``); one that takes a job
-    writes it in the same transaction; a repeat of an attempt that committed (what a retry
-    after 1021 does) returns the same job and writes it again (a finish is idempotent)."""
-    from jobs.accepting import AcceptCall, Wait
-
-    jobs.set_type_timeout(db, T, 60)
-    carried = []
-
-    def carry(tr):
-        carried.append(1)
-        tr.set(b"test/carried", b"%d" % len(carried))
-
-    call = AcceptCall(db, T)
-    out = call.attempt(carry=carry)
-    assert isinstance(out, Wait) and out.watch is not None and not out.watch.is_ready()
-    assert carried == [] and db.get(b"test/carried") is None and call.rearms == 0
-    jobs.add(db, T, "j")
-    assert wait_until(out.watch.is_ready)
-    taken = call.attempt(carry=carry)
-    assert [job.id for job in taken] == ["j"] and db.get(b"test/carried") == b"1"
-    assert jobs.get_job_state(db, T, "j") == "running"
-    again = call.attempt(carry=carry)  # (the call's picks: an attempt after 1021 reads them)
-    assert [job.id for job in again] == ["j"] and again[0].lock == taken[0].lock
-    assert db.get(b"test/carried") == b"2" and call.rearms == 0
-
-
 def test_an_accept_that_writes_takes_a_job_enqueued_before_its_watch(db, monkeypatch):
     """A job enqueued after the writing attempt read and before the watch is set: the
     second transaction takes it instead of setting the watch."""
