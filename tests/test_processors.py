@@ -1144,19 +1144,26 @@ class _InFlight:
         self.flushed += 1
 
 
-def test_an_accept_deferring_to_the_turns_holder_commits_its_outcomes_on_their_own(db):
-    """Once the queue drained, a busy processor without the turn does not look
-    (``Acceptor.defers``): the outcomes it would have carried are committed on their own
-    and its step writes nothing; otherwise they ride the accept, as before."""
+def _stepping_nowhere(db, finishes):
+    """A Feed (one lane, idle; prefetch 8, two jobs in hand) on ``finishes`` whose accept
+    steps take nothing, and the list of what each was given to write (``also``)."""
     from processors.feed import Feed
 
-    finishes = _InFlight(queued=2)
     feed = Feed(db, ["t"], 1, 8, hold=lambda taken: taken, in_hand=lambda: 2, finishes=finishes,
                 stopping=threading.Event(), stats={})
     writes = []
     feed.acceptor.step = lambda slice_seconds, limit, also=None: writes.append(also) or []
-    feed.acceptor.defers = lambda: True
     feed._idle = 1
+    return feed, writes
+
+
+def test_an_accept_deferring_to_the_turns_holder_commits_its_outcomes_on_their_own(db):
+    """Once the queue drained, a busy processor without the turn does not look
+    (``Acceptor.defers``): the outcomes it would have carried are committed on their own
+    and its step writes nothing; otherwise they ride the accept, as before."""
+    finishes = _InFlight(queued=2)
+    feed, writes = _stepping_nowhere(db, finishes)
+    feed.acceptor.defers = lambda: True
     feed._accept(8)
     assert finishes.committed == [["outcome", "outcome"]] and writes == [None]
 
@@ -1171,15 +1178,9 @@ def test_a_look_after_a_wait_carries_no_outcomes(db):
     looks without its outcomes: the look likely finds nothing again, and, writing
     nothing, sets its own watch; the outcomes stay queued (committed as its wait begins,
     or with the next ones: ``Feed._before_wait``)."""
-    from processors.feed import Feed
-
     finishes = _InFlight(queued=2)
-    feed = Feed(db, ["t"], 1, 8, hold=lambda taken: taken, in_hand=lambda: 2, finishes=finishes,
-                stopping=threading.Event(), stats={})
-    writes = []
-    feed.acceptor.step = lambda slice_seconds, limit, also=None: writes.append(also) or []
+    feed, writes = _stepping_nowhere(db, finishes)
     feed.acceptor.defers = lambda: False
-    feed._idle = 1
     feed.acceptor.after_wait = True
     feed._accept(8)
     assert writes == [None] and finishes.queued == 2 and finishes.committed == [] and finishes.flushed == 0
