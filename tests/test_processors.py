@@ -886,6 +886,27 @@ def test_a_trickles_held_outcome_goes_once_the_next_job_is_late(db, monkeypatch)
     assert p.stats["succeeded"] == 3 and p.stats["accept_rearms"] == 0
 
 
+def test_a_trickles_held_outcomes_under_commit_faults_finish_each_job_once(db, engine_name, monkeypatch):
+    """Commits failing at random (1020, and 1021 after really committing or not) while a
+    trickle's outcomes are held and then committed on their own, two or so at once, and
+    its looks set their own watches: every job runs once and ends finished."""
+    from jobs.engine.faults import FaultInjectingDatabase
+
+    if engine_name == "fdb":
+        pytest.skip("fault injection wraps the embedded engines here")
+    store = FaultInjectingDatabase(db, conflict=0.1, unknown_committed=0.15, unknown_not_committed=0.1, seed=5)
+    p, ran = _trickle(store, monkeypatch, late_gaps=2.0)
+    ids = [f"j{i}" for i in range(16)]
+    with running(p, concurrency=1):
+        assert wait_until(lambda: p.stats["accept_empty"] >= 1)
+        for job_id in ids:  # (each added once the one before ran: they trickle in)
+            jobs.add(db, "t", job_id)
+            assert wait_until(lambda: job_id in ran)
+        assert wait_until(lambda: all(jobs.get_job_state(db, "t", j) == "finished" for j in ids))
+    assert sorted(ran) == sorted(ids) and p.stats["succeeded"] == 16
+    assert p.stats["outcomes_deferred"] >= 1 and store.injected["unknown_committed"] > 0
+
+
 def test_finishes_take_only_the_outcomes_that_fit_the_room(db):
     """``Finishes.take(room)``: the first queued outcomes whose data fit ``room`` bytes
     together, in order; the others stay queued for the next transaction."""
