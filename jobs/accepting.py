@@ -199,6 +199,12 @@ class AcceptCall:
                 self.on_conflict(self)
 
     def _body(self, tr, also=None):
+        # (the finishes ``also`` writes and this accept count in one tally: a job finished
+        # and one taken leave the running count as it was, and nothing is written for it)
+        with counts.sharing(tr) as tally:
+            return self._take(tr, also, tally)
+
+    def _take(self, tr, also, tally):
         self._new_picks, self._new_unreadable = [], []
         if self._maybe_unreadable:  # (before this attempt takes anything off the queue)
             self._unreadable_taken_before(tr)
@@ -232,7 +238,7 @@ class AcceptCall:
             if turns is not None and turns.wrote:
                 return None  # keys moved: attempt again, from what this attempt wrote
             return self._nothing(tr, also, max_stime, admission.due, keyed=turns is not None)
-        taken = self._lock(tr, ids, picked, admission, rows)
+        taken = self._lock(tr, ids, picked, admission, rows, tally)
         if not taken:
             return None
         rates.started(tr, self.type, waits[:len(taken)])
@@ -254,12 +260,12 @@ class AcceptCall:
                 return picked[:n], futures[:n]
         return picked, futures
 
-    def _lock(self, tr, ids: list[str], entries: list[bytes], admission, futures: list) -> list[tuple[str, Row]]:
+    def _lock(self, tr, ids: list[str], entries: list[bytes], admission, futures: list, tally) -> list[tuple[str, Row]]:
         """Lock the jobs taken from the queue (their queue ``entries``; ``futures``: their
-        rows, read by :meth:`_within_budget`), each with the running slots it holds."""
+        rows, read by :meth:`_within_budget`), each with the running slots it holds,
+        counted in ``tally``."""
         taken = []
         worker = this_worker()
-        tally = counts.Tally()
         for job_id, entry, future in zip(ids, entries, futures):
             row = rows.decode(value_of(future), self.type, job_id, self._new_unreadable)
             if row is rows.UNREADABLE:
@@ -284,7 +290,6 @@ class AcceptCall:
                              stamp=False)
             tally.changed(tr, self.type, job_id, "running", 1)
             taken.append((job_id, row))
-        tally.write(tr)
         if taken:  # (once for the batch)
             rows.bump_activity(tr, self.type)
         return taken

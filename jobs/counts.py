@@ -32,6 +32,7 @@ serialise), and status counts such a type's ranges until it is done.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import random
@@ -197,6 +198,35 @@ class Tally:
         for (type, state), n in self._sums.items():
             if n:
                 add_state(tr, type, state, n)
+
+
+# transaction -> the Tally its state changes are summed in, while a block of ``sharing``
+# runs it (an accept's, and the finishes it carries)
+_shared: "weakref.WeakKeyDictionary[object, Tally]" = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def sharing(tr):
+    """``with counts.sharing(tr) as tally:`` count ``tr``'s state changes in ``tally``,
+    written as the block ends (not if it raises).  A block within another of the same
+    transaction shares the outer one's tally, which the outer block writes: an accept
+    that carries the last job's finish moves the running count by -1 and +1, and then
+    writes nothing for it (an add of 0 is still a write)."""
+    try:
+        outer = _shared.get(tr)
+    except TypeError:  # not weak-referenceable: a tally of its own
+        outer, tally = None, Tally()
+    else:
+        if outer is None:
+            tally = _shared[tr] = Tally()
+    if outer is not None:
+        yield outer
+        return
+    try:
+        yield tally
+    finally:
+        _shared.pop(tr, None)
+    tally.write(tr)
 
 
 # --- readers ---------------------------------------------------------------------------

@@ -144,17 +144,17 @@ def _finish_batch(tr, items: list[tuple[Job, bytes | None, bool | str]]) -> list
         store = store_ids.store_id_future(tr)
         types = dict.fromkeys(job.type for job, _raw, _failed in items)
         read = [keys.data_key(job.type, job.id) for job, _raw, _failed in items]
-        with ahead.block(tr, read + [keys.retention_key(type) for type in types]):
+        rated = {}
+        # (the tally written as the block ends, or by an accept carrying these finishes)
+        with counts.sharing(tr) as tally, ahead.block(tr, read + [keys.retention_key(type) for type in types]):
             retained = {type: finished_index.retained(tr, type) for type in types}
             store_id = store_ids.store_id_of(store)
             for job, _raw, _failed in items:
                 if job.store != store_id:
                     raise ForeignJobError(f"job {job.type}/{job.id} was accepted from another store than this one")
-            tally, rated = counts.Tally(), {}
             # (each row read as its turn comes: a job given twice sees its first finish)
             done = [_finish_row(tr, job, rows.get(tr, job.type, job.id), raw, failed, retained, tally, rated)
                     for job, raw, failed in items]
-        tally.write(tr)
         for (type, failed), n in rated.items():
             rates.finished(tr, type, failed, n)
         for type in dict.fromkeys(type for type, _failed in rated):

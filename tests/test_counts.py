@@ -93,6 +93,31 @@ def test_the_counters_say_what_counting_every_key_says(db):
     assert_counted(db)
 
 
+def test_an_accept_carrying_a_finish_adds_nothing_to_the_running_count(db, monkeypatch):
+    """A finish and an accept in one transaction (a worker's outcome riding its next
+    accept) move the running count by -1 and +1: counted in one tally, nothing is written
+    for it (an add of 0 is a write all the same), and the counters stay exact.  A finish
+    in a transaction of its own, or an accept, still adds."""
+    from jobs.accepting import AcceptCall
+
+    jobs.set_type_timeout(db, T, 60)
+    jobs.add_many(db, T, ["a", "b", "c"])
+    held = jobs.accept(db, T, timeout=0)
+    added = []
+    add_state = counts.add_state
+    monkeypatch.setattr(counts, "add_state", lambda tr, type, state, n: added.append((state, n)) or
+                        add_state(tr, type, state, n))
+    taken = AcceptCall(db, T).attempt(lambda tr: jobs.finish_many(tr, [held]))
+    assert len(taken) == 1 and taken[0].id != held.id and added == [("finished", 1)]
+    assert assert_counted(db)["running"] == 1
+    added.clear()
+    jobs.finish(db, taken[0])
+    assert added == [("running", -1), ("finished", 1)]
+    added.clear()
+    assert jobs.accept(db, T, timeout=0) is not None and added == [("running", 1)]
+    assert assert_counted(db)["running"] == 1 and assert_counted(db)["finished"] == 2
+
+
 def test_due_counts_follow_the_clock_across_minutes(db):
     jobs.set_type_timeout(db, T, 60)
     base = (time.time() // 60 + 10) * 60  # a minute boundary in the future
