@@ -214,18 +214,21 @@ def sharing(tr):
     writes nothing for it (an add of 0 is still a write)."""
     try:
         outer = _shared.get(tr)
-    except TypeError:  # not weak-referenceable: a tally of its own
-        outer, tally = None, Tally()
+    except TypeError:  # not weak-referenceable: a tally of its own, not shared
+        outer, shared = None, False
     else:
-        if outer is None:
-            tally = _shared[tr] = Tally()
+        shared = outer is None
     if outer is not None:
         yield outer
         return
+    tally = Tally()
+    if shared:
+        _shared[tr] = tally
     try:
         yield tally
     finally:
-        _shared.pop(tr, None)
+        if shared:
+            del _shared[tr]
     tally.write(tr)
 
 

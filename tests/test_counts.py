@@ -118,6 +118,40 @@ def test_an_accept_carrying_a_finish_adds_nothing_to_the_running_count(db, monke
     assert assert_counted(db)["running"] == 1 and assert_counted(db)["finished"] == 2
 
 
+class _Tr:
+    """A transaction, as ``counts.sharing`` sees it (its writes are noted elsewhere)."""
+
+
+@pytest.mark.parametrize("make", [_Tr, object])  # (an object() cannot be weakly referenced)
+def test_a_block_sharing_a_tally_within_another_leaves_the_write_to_it(monkeypatch, make):
+    """``counts.sharing``: a block within another of the same transaction counts in the
+    outer one's tally, written once as the outer block ends, an add of 0 not at all; a
+    block that raises writes nothing; a transaction that cannot be weakly referenced
+    gets a tally of its own in each block (each written as it ends)."""
+    written = []
+    monkeypatch.setattr(counts, "counted_in_batch", lambda tr, type, job_id, every: True)
+    monkeypatch.setattr(counts, "add_state", lambda tr, type, state, n: written.append((state, n)))
+    tr = make()
+    with counts.sharing(tr) as outer:
+        outer.changed(tr, T, "a", "running", 1)
+        with counts.sharing(tr) as inner:
+            inner.changed(tr, T, "b", "running", -1)
+            inner.changed(tr, T, "b", "finished", 1)
+        inner_wrote = list(written)
+    if make is _Tr:
+        assert inner is outer and inner_wrote == [] and written == [("finished", 1)]
+    else:
+        assert inner is not outer and inner_wrote == [("running", -1), ("finished", 1)]
+        assert written == inner_wrote + [("running", 1)]
+    written.clear()
+    with pytest.raises(ValueError), counts.sharing(tr) as tally:
+        tally.changed(tr, T, "c", "running", 1)
+        raise ValueError("the transaction is not committed")
+    assert written == []
+    with counts.sharing(tr) as tally:  # (nothing left shared by the blocks before)
+        assert tally is not outer and tally is not inner
+
+
 def test_due_counts_follow_the_clock_across_minutes(db):
     jobs.set_type_timeout(db, T, 60)
     base = (time.time() // 60 + 10) * 60  # a minute boundary in the future
