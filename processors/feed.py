@@ -204,7 +204,7 @@ class Acceptor:
                 until = end if again is None else min(end, again)
                 woken = self.wake.wait(max(0.0, until - time.monotonic()))
                 if not woken and again is not None and time.monotonic() < end:
-                    again = self.before_wait(watching)  # (its deadline: the outcomes left go now)
+                    again = self.before_wait(watching)  # (the time it asked for: what it held goes)
                     continue  # (watching on: the watch stays set)
                 break
             if woken or time.time() >= due or not self._watching():
