@@ -32,7 +32,6 @@ serialise), and status counts such a type's ranges until it is done.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import random
@@ -200,36 +199,37 @@ class Tally:
                 add_state(tr, type, state, n)
 
 
-# transaction -> the Tally its state changes are summed in, while a block of ``sharing``
-# runs it (an accept's, and the finishes it carries)
-_shared: "weakref.WeakKeyDictionary[object, Tally]" = weakref.WeakKeyDictionary()
+# id(transaction) -> the Tally its state changes are summed in, while a block of
+# ``sharing`` runs it (an accept's, and the finishes it carries): as ``ahead.block``
+_shared: dict[int, Tally] = {}
 
 
-@contextlib.contextmanager
-def sharing(tr):
+class sharing:
     """``with counts.sharing(tr) as tally:`` count ``tr``'s state changes in ``tally``,
     written as the block ends (not if it raises).  A block within another of the same
     transaction shares the outer one's tally, which the outer block writes: an accept
     that carries the last job's finish moves the running count by -1 and +1, and then
-    writes nothing for it (an add of 0 is still a write)."""
-    try:
-        outer = _shared.get(tr)
-    except TypeError:  # not weak-referenceable: a tally of its own, not shared
-        outer, shared = None, False
-    else:
-        shared = outer is None
-    if outer is not None:
-        yield outer
-        return
-    tally = Tally()
-    if shared:
-        _shared[tr] = tally
-    try:
-        yield tally
-    finally:
-        if shared:
-            del _shared[tr]
-    tally.write(tr)
+    writes nothing for it (an add of 0 is still a write).  (A class, not a generator:
+    every accept and finish enters one.)"""
+
+    __slots__ = ("_tr", "_tally", "_own")
+
+    def __init__(self, tr):
+        self._tr = tr
+        outer = _shared.get(id(tr))
+        self._own = outer is None
+        self._tally = Tally() if outer is None else outer
+
+    def __enter__(self) -> Tally:
+        if self._own:
+            _shared[id(self._tr)] = self._tally
+        return self._tally
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if self._own:
+            del _shared[id(self._tr)]
+            if exc_type is None:
+                self._tally.write(self._tr)
 
 
 # --- readers ---------------------------------------------------------------------------

@@ -82,15 +82,15 @@ class Finishes:
 
     def hold_until(self, expected: float, late: float) -> float | None:
         """(Monotonic) until when the queued outcomes may wait for the next ones to share
-        their commit, the next chance to commit them ``expected`` and the next job late
-        from ``late`` on (all monotonic): until it is late or the oldest outcome will have
-        waited ``FINISH_DELAY``, whichever comes first; None (commit them now) if that is
-        past, or comes before the next chance."""
+        their commit, the next chance to commit them ``expected`` (from now on) and the
+        next job late from ``late`` on (all monotonic): until it is late or the oldest
+        outcome will have waited ``FINISH_DELAY``, whichever comes first; None (commit them
+        now) if that comes before the next chance."""
         with self._lock:
             if not self._queue:
                 return None
             until = min(late, self._oldest + FINISH_DELAY)
-        return until if expected < until and time.monotonic() < until else None
+        return until if expected < until else None
 
     def flush(self, wait: bool = True) -> None:
         """Commit everything queued (also what is queued meanwhile).  ``wait=False``:
