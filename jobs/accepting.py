@@ -241,7 +241,7 @@ class AcceptCall:
         taken = self._lock(tr, ids, picked, admission, rows, tally)
         if not taken:
             return None
-        rates.started(tr, self.type, waits[:len(taken)])
+        tally.started(self.type, waits[:len(taken)])
         store_id = store_ids.store_id_of(store)
         return [self._job(job_id, row, store_id) for job_id, row in taken]
 

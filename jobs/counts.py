@@ -38,7 +38,7 @@ import random
 import weakref
 from dataclasses import dataclass, field
 
-from . import keys
+from . import keys, rates
 from .codec import pack_int
 from .engine import value_of
 from .engine import tuple as fdb_tuple
@@ -63,7 +63,7 @@ _draws: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
 
 def shard(tr, shards: int | None = None) -> int:
     """The one shard (of ``shards``, default ``SHARDS``) of every counter ``tr`` adds to
-    (``rates.py``'s too) and of the keys it stamps or bumps (``rows.bump_activity``,
+    (``rates.py``'s too, through :class:`Tally`) and of the keys it stamps or bumps (``rows.bump_activity``,
     ``pending.wake``), so that its writes to one of them merge into one write."""
     try:
         found = _draws.get(tr)
@@ -180,23 +180,35 @@ def add_state(tr, type: str, state: str, n: int) -> None:
 
 
 class Tally:
-    """State changes of many jobs summed in Python and written as one add per counter
-    (``write``): :meth:`changed` is :func:`changed` for a batch of finishes."""
+    """A transaction's state changes, summed in Python and written as one add per counter
+    (``write``): :meth:`changed` is :func:`changed` for a batch of finishes; and its jobs
+    started and finished, for the per-minute rates (``rates.py``), written the same way."""
 
-    __slots__ = ("_sums", "_every")
+    __slots__ = ("_sums", "_every", "_rated")
 
     def __init__(self):
         self._sums: dict[tuple[str, str], int] = {}
         self._every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
+        self._rated: dict = {}  # (rates.py's)
 
     def changed(self, tr, type: str, job_id: str, state: str, n: int) -> None:
         if counted_in_batch(tr, type, job_id, self._every):
             self._sums[(type, state)] = self._sums.get((type, state), 0) + n
 
+    def started(self, type: str, waits: list[float]) -> None:
+        """Jobs of ``type`` started that waited ``waits`` seconds each (``rates.started``)."""
+        rates.started(self._rated, type, waits)
+
+    def finished(self, type: str, failed: bool, n: int = 1) -> None:
+        """``n`` jobs of ``type`` finished, or failed (``rates.finished``)."""
+        rates.finished(self._rated, type, failed, n)
+
     def write(self, tr) -> None:
         for (type, state), n in self._sums.items():
             if n:
                 add_state(tr, type, state, n)
+        if self._rated:
+            rates.write(tr, shard(tr), self._rated)
 
 
 # id(transaction) -> the Tally its state changes are summed in, while a block of
@@ -205,12 +217,13 @@ _shared: dict[int, Tally] = {}
 
 
 class sharing:
-    """``with counts.sharing(tr) as tally:`` count ``tr``'s state changes in ``tally``,
-    written as the block ends (not if it raises).  A block within another of the same
-    transaction shares the outer one's tally, which the outer block writes: an accept
+    """``with counts.sharing(tr) as tally:`` count ``tr``'s state changes and rates in
+    ``tally``, written as the block ends (not if it raises).  A block within another of the
+    same transaction shares the outer one's tally, which the outer block writes: an accept
     that carries the last job's finish moves the running count by -1 and +1, and then
-    writes nothing for it (an add of 0 is still a write).  (A class, not a generator:
-    every accept and finish enters one.)"""
+    writes nothing for it (an add of 0 is still a write), and adds its start and the
+    finish to one rate key.  (A class, not a generator: every accept and finish enters
+    one.)"""
 
     __slots__ = ("_tr", "_tally", "_own")
 

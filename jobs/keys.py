@@ -32,8 +32,8 @@ Everything lives under the tuple prefix ``("jobs",)``::
     ("jobs", "keys", Type, 2, Key)           = b"": keys at their running limit
     ("jobs", "key", Type, Key)               = (where,): where the key is (``fairness.py``)
     ("jobs", "unkeyed_turn", Type)           = (Turn,): the unkeyed jobs' place in the rotation
-    ("jobs", "rates", Type, Minute, Kind, Shard) = counter: jobs finished, failed, and started
-                                               per wait bucket, per minute (``rates.py``)
+    ("jobs", "rates", Type, Minute, Bucket, Shard) = counters: jobs started (in that wait
+                                               bucket), finished and failed, per minute (``rates.py``)
     ("jobs", "workers", WorkerId)            = (Host, Pid, Types, Concurrency, Started, Heartbeat,
                                                StaleAfter, Held, HeldJobs): a running processor
                                                (``workers.py``)

@@ -144,7 +144,6 @@ def _finish_batch(tr, items: list[tuple[Job, bytes | None, bool | str]]) -> list
         store = store_ids.store_id_future(tr)
         types = dict.fromkeys(job.type for job, _raw, _failed in items)
         read = [keys.data_key(job.type, job.id) for job, _raw, _failed in items]
-        rated = {}
         # (the tally written as the block ends, or by an accept carrying these finishes)
         with counts.sharing(tr) as tally, ahead.block(tr, read + [keys.retention_key(type) for type in types]):
             retained = {type: finished_index.retained(tr, type) for type in types}
@@ -153,11 +152,9 @@ def _finish_batch(tr, items: list[tuple[Job, bytes | None, bool | str]]) -> list
                 if job.store != store_id:
                     raise ForeignJobError(f"job {job.type}/{job.id} was accepted from another store than this one")
             # (each row read as its turn comes: a job given twice sees its first finish)
-            done = [_finish_row(tr, job, rows.get(tr, job.type, job.id), raw, failed, retained, tally, rated)
+            done = [_finish_row(tr, job, rows.get(tr, job.type, job.id), raw, failed, retained, tally)
                     for job, raw, failed in items]
-        for (type, failed), n in rated.items():
-            rates.finished(tr, type, failed, n)
-        for type in dict.fromkeys(type for type, _failed in rated):
+        for type in dict.fromkeys(job.type for (job, _raw, _failed), d in zip(items, done) if d):
             rows.bump_activity(tr, type)
         return done
 
@@ -178,9 +175,9 @@ def _finish_item(i: int, item) -> tuple[Job, bytes | None, bool | str]:
         raise exc.__class__(f"finishes[{i}]: {exc}") from exc
 
 
-def _finish_row(tr, job: Job, row: Row | None, raw: bytes | None, failed, retained: dict, tally, rated: dict):
+def _finish_row(tr, job: Job, row: Row | None, raw: bytes | None, failed, retained: dict, tally):
     """Finish one job of a batch whose row is ``row`` (:func:`finish_many`'s result for it),
-    tallying its counters in ``tally`` and its rate in ``rated`` ((type, failed) -> n)."""
+    tallying its counters and its rate in ``tally``."""
     if row is not None and row.last_lock == job.lock:
         return False  # this Job's finish already committed
     if row is None or row.lock != job.lock:
@@ -199,8 +196,7 @@ def _finish_row(tr, job: Job, row: Row | None, raw: bytes | None, failed, retain
         if failed or value_of(retained[job.type]) is not None:  # (failed jobs are always indexed)
             finished_index.mark(tr, job.type, job.id, bool(failed))
         tally.changed(tr, job.type, job.id, "failed" if failed else "finished", 1)
-    rated_as = (job.type, bool(failed) and not row.resubmit)
-    rated[rated_as] = rated.get(rated_as, 0) + 1
+    tally.finished(job.type, bool(failed) and not row.resubmit)
     return True
 
 

@@ -11,7 +11,9 @@ import pytest
 
 import jobs
 from jobs import keys, rates, status
+from jobs.codec import pack_int
 from jobs.engine import strinc
+from jobs.engine.counting import CountingDatabase
 from jobs.engine.transactional import run
 from monitor import ActivityMonitor
 from monitor.metrics import metrics_text
@@ -54,6 +56,67 @@ def test_a_batch_counts_each_job(db):
         jobs.add(db, T, f"j{i}")
     assert len(jobs.accept_many(db, T, 10, timeout=0)) == 10
     assert last_hour(db).started == 10
+
+
+def test_an_accept_carrying_a_finish_adds_to_one_rate_key(db):
+    """A worker's outcome riding its next accept: the finish is counted in the key the
+    start adds to (one write, not two); a finish alone, and an accept alone, add to one key
+    each; every count is read back."""
+    from jobs.accepting import AcceptCall
+
+    jobs.add_many(db, T, ["a", "b", "c"])
+    held = jobs.accept(db, T, timeout=0)
+    counting = CountingDatabase(db)
+
+    def rate_writes() -> list:
+        (tally,) = counting.take()
+        return [w for w in tally.writes if w.key.startswith(keys.RATES.key())]
+
+    taken = AcceptCall(counting, T).attempt(lambda tr: jobs.finish_many(tr, [held]))
+    assert len(taken) == 1
+    (write,) = rate_writes()
+    assert write.op == "add" and isinstance(keys.RATES.unpack(write.key)[2], int)
+    jobs.finish(counting, taken[0], failed="boom")
+    (write,) = rate_writes()
+    assert keys.RATES.unpack(write.key)[2] is None  # (no job started in that transaction)
+    r = last_hour(db)
+    assert (r.started, r.finished, r.failed) == (2, 1, 1)
+    assert [m[1:] for m in r.minutes] in ([(2, 1, 1)], [(1, 1, 0), (1, 0, 1)], [(2, 1, 0), (0, 0, 1)])
+
+
+def test_counters_of_one_key_never_spill_into_each_other(db):
+    """The three counters of a key are added as one 24-byte integer: counts near their
+    lane's size, added many times, stay each in its own."""
+    big = (1 << 62) + 12345
+
+    def write(tr):
+        rated = {}
+        rates.started(rated, T, [0.0] * 3)
+        rates.finished(rated, T, False, big)
+        rates.finished(rated, T, True, big - 1)
+        rates.write(tr, 0, rated)
+
+    for _ in range(3):
+        run(db, write)
+    r = last_hour(db)
+    assert (r.started, r.finished, r.failed) == (9, 3 * big, 3 * (big - 1))
+
+
+def test_an_earlier_versions_keys_are_read_with_the_new_ones(db):
+    """A store written by an earlier version (one 8-byte counter a key, keyed by kind)
+    keeps its last hour's rates through an upgrade: both layouts are summed."""
+    minute = int(time.time() // 60)
+
+    def legacy(tr):
+        for kind, n in (("finished", 5), ("failed", 2), (("wait", 0), 4), (("wait", 40), 1)):
+            tr.add(keys.RATES.pack((T, minute, kind)) + pack_int(3), n.to_bytes(8, "little"))
+
+    run(db, legacy)
+    jobs.add(db, T, "new")
+    jobs.finish(db, jobs.accept(db, T, timeout=0))
+    r = last_hour(db)
+    assert (r.started, r.finished, r.failed) == (6, 6, 2)
+    assert r.wait_p99 == rates.BASE ** 40 / 1000 and r.wait_p50 < 60
 
 
 def test_buckets_and_quantiles():
