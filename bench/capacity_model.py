@@ -120,10 +120,10 @@ def name(key: bytes, shape: bool = False) -> str:
     if shape and (keys.COUNTS.contains(key) or keys.RATES.contains(key)):
         if isinstance(items[-1], int) and 0 <= items[-1] < counts.SHARDS:
             items[-1] = f"<shard of {counts.SHARDS}>"
-        if keys.RATES.contains(key):  # (..., "rates", type, minute, kind, shard)
+        if keys.RATES.contains(key):  # (..., "rates", type, minute, wait bucket or None, shard)
             items[-3] = "<minute>"
-            if isinstance(items[-2], tuple):
-                items[-2] = (items[-2][0], "<bucket>")
+            if isinstance(items[-2], int):
+                items[-2] = "<bucket>"
     shown = []
     for item in items:
         if isinstance(item, str) and item.startswith(JOB_ID):

@@ -290,7 +290,7 @@ class AcceptCall:
                              stamp=False)
             tally.changed(tr, self.type, job_id, "running", 1)
             taken.append((job_id, row))
-        if taken:  # (once for the batch)
+        if taken and tally.to_stamp(self.type):  # (once for the batch, and its carried finishes)
             rows.bump_activity(tr, self.type)
         return taken
 

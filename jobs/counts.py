@@ -181,15 +181,17 @@ def add_state(tr, type: str, state: str, n: int) -> None:
 
 class Tally:
     """A transaction's state changes, summed in Python and written as one add per counter
-    (``write``): :meth:`changed` is :func:`changed` for a batch of finishes; and its jobs
-    started and finished, for the per-minute rates (``rates.py``), written the same way."""
+    (``write``): :meth:`changed` is :func:`changed` for a batch of finishes; its jobs
+    started and finished, for the per-minute rates (``rates.py``), written the same way;
+    and the types whose activity it stamps (:meth:`to_stamp`)."""
 
-    __slots__ = ("_sums", "_every", "_rated")
+    __slots__ = ("_sums", "_every", "_rated", "_stamped")
 
     def __init__(self):
         self._sums: dict[tuple[str, str], int] = {}
         self._every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
         self._rated: dict = {}  # (rates.py's)
+        self._stamped: set[str] = set()
 
     def changed(self, tr, type: str, job_id: str, state: str, n: int) -> None:
         if counted_in_batch(tr, type, job_id, self._every):
@@ -202,6 +204,15 @@ class Tally:
     def finished(self, type: str, failed: bool, n: int = 1) -> None:
         """``n`` jobs of ``type`` finished, or failed (``rates.finished``)."""
         rates.finished(self._rated, type, failed, n)
+
+    def to_stamp(self, type: str) -> bool:
+        """Whether the type's activity is still to be stamped (``rows.bump_activity``) by
+        this tally's transaction: True once a type.  A stamp is one write whatever their
+        number, but each costs its call: an accept carrying a finish stamps once."""
+        if type in self._stamped:
+            return False
+        self._stamped.add(type)
+        return True
 
     def write(self, tr) -> None:
         for (type, state), n in self._sums.items():

@@ -155,7 +155,8 @@ def _finish_batch(tr, items: list[tuple[Job, bytes | None, bool | str]]) -> list
             done = [_finish_row(tr, job, rows.get(tr, job.type, job.id), raw, failed, retained, tally)
                     for job, raw, failed in items]
         for type in dict.fromkeys(job.type for (job, _raw, _failed), d in zip(items, done) if d):
-            rows.bump_activity(tr, type)
+            if tally.to_stamp(type):
+                rows.bump_activity(tr, type)
         return done
 
     return within_store(tr, body)

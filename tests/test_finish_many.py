@@ -110,6 +110,22 @@ def test_per_type_work_is_written_once_per_batch(db):
     assert per_type_writes(2) == per_type_writes(20) == 4  # running -n, finished +n, the rate, the stamp
 
 
+def test_an_accept_carrying_finishes_stamps_the_types_activity_once(db):
+    """A worker's outcomes riding its next accept: the finishes and the accept stamp the
+    type's activity (what wakes its monitor and subscribers) with one call, not one each."""
+    from jobs.accepting import AcceptCall
+
+    jobs.add_many(db, T, ["a", "b", "c"])
+    held = jobs.accept_many(db, T, 2, timeout=0)
+    counting = CountingDatabase(db)
+    taken = AcceptCall(counting, T).attempt(lambda tr: jobs.finish_many(tr, held))
+    assert len(held) == 2 and [job.id for job in taken] == sorted({"a", "b", "c"} - {job.id for job in held})
+    (tally,) = counting.take()
+    stamps = [w for w in tally.writes if w.key.startswith(keys.WATCHES_ACTIVITY.key())]
+    assert len(stamps) == 1 and stamps[0].op == "set_versionstamped_value"
+    assert (status.gather(db).types[0].running, status.gather(db).types[0].finished) == (1, 2)
+
+
 @pytest.mark.parametrize("item, error, message", [
     ("a job id", ValueError, r"finishes\[1\]: expected a Job"),
     ((), TypeError, r"finishes\[1\]"),
