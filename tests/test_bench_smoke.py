@@ -72,6 +72,8 @@ def test_ours_burndown_steady_and_sustained_through_the_harness(tmp_path):
     result, workdir = _drive(tmp_path, "burndown", {"jobs": 60, "workers": 2})
     assert result["ok"], result
     assert result["runs"] >= 60 and result["jobs_per_s"] > 0
+    # (start-up included: from the workers' launch, so slower, and the start-up apart)
+    assert 0 < result["jobs_per_s_from_launch"] < result["jobs_per_s"] and result["start_up_s"] > 0
     result, _ = _drive(tmp_path, "steady", {"rate": 20, "secs": 1, "workers": 1})
     assert result["ok"], result
     assert result["jobs"] == 20 and 0 < result["p50_ms"] <= result["p99_ms"]
@@ -112,7 +114,7 @@ def test_report_renders_failures_and_numbers():
     args = compare.parse_args(["--quick", "--peers", "ours,huey", "--workloads", "burndown,steady,recovery"])
     results = [
         {"peer": "ours", "workload": "burndown", "params": {"jobs": 2000, "workers": 1}, "ok": True,
-         "jobs_per_s": 300.0, "runs": 2000, "jobs": 2000},
+         "jobs_per_s": 300.0, "runs": 2000, "jobs": 2000, "jobs_per_s_from_launch": 250.0, "start_up_s": 1.25},
         {"peer": "huey", "workload": "burndown", "params": {"jobs": 2000, "workers": 1}, "ok": False,
          "error": "hung: killed after 300 s"},
         {"peer": "huey", "workload": "recovery", "params": {"cap": 30}, "ok": True, "recovered": False,
@@ -123,6 +125,7 @@ def test_report_renders_failures_and_numbers():
     info = compare.machine(ROOT)
     md = report.report(args, info, {}, results, None, None, "now", 60, "python -m bench.compare --quick")
     assert "| ours (embedded engine) | 300 |" in md
+    assert "| ours (embedded engine) | 250; 1.25 s |" in md and md.count("| Huey (SQLite) | failed 1/1: hung") == 2
     assert f"| ours (embedded engine) | {args.rates[0]:g} | 1.5 | 3.5 | {args.rates[0]:,.0f} | 1.25 |" in md
     assert "failed 1/1: hung" in md
     assert "none within 30 s" in md
@@ -142,7 +145,8 @@ def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run
         return {"peer": peer, "workload": workload, "params": params, "ok": True, "run": r, "runs": 1, "jobs": 1,
                 **figures}
 
-    results = [run("ours", "burndown", 0, jobs_per_s=3000.0), run("huey", "burndown", 0, jobs_per_s=1000.0),
+    results = [run("ours", "burndown", 0, jobs_per_s=3000.0, jobs_per_s_from_launch=2500.0),
+               run("huey", "burndown", 0, jobs_per_s=1000.0, jobs_per_s_from_launch=800.0),
                run("ours", "burndown", 1, jobs_per_s=2000.0), run("huey", "burndown", 1, jobs_per_s=500.0),
                run("ours_p1", "burndown", 0, jobs_per_s=900.0), run("ours_p1", "burndown", 1, jobs_per_s=1200.0),
                run("ours", "steady", 0, p99_ms=1.5), run("celery", "steady", 0, p99_ms=1.5),
@@ -152,6 +156,9 @@ def test_report_takes_each_targets_ratio_within_a_round_and_renders_a_stored_run
     # (the ratio of the medians would be 2,500 / 750 = 3.33x)
     assert "| burn-down, 4 workers: 3x Huey | 3,000 / 1,000 = 3.00x; 2,000 / 500 = 4.00x | 3.50x | 2 of 2 | yes |" in md
     assert "| 900 / 1,000 = 0.90x; 1,200 / 500 = 2.40x | 1.65x | 1 of 2 | yes |" in md
+    # (start-up included: only the rounds that recorded it on both sides)
+    assert "| burn-down, 4 workers, start-up included: 3x Huey | 2,500 / 800 = 3.12x | 3.12x | 1 of 1 | yes |" in md
+    assert "prefetch=1` burn-down, 4 workers, start-up included" not in md
     assert "| 1.50 / 1.50 = 1.00x; 2.00 / 1.00 = 2.00x | 1.50x | 1 of 2 | no |" in md
     assert "sustained" not in md  # (the peer's figure is 0: no ratio, no row)
     assert report._targets_section([r for r in results if r["peer"] != "huey" and r["workload"] != "steady"]) == []
