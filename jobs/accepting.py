@@ -23,7 +23,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, places, rates, rows, store_ids
+from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, places, rows, store_ids
 from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
 from .engine.errors import MAYBE_COMMITTED, NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED

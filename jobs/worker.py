@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from . import ahead, checks, counts, fairness, keys, pending, rates, rows, store_ids
+from . import ahead, checks, counts, fairness, keys, pending, rows, store_ids
 from . import failed as failed_index
 from . import finished as finished_index
 from .accepting import AcceptCall
