@@ -78,15 +78,9 @@ def _intro(args, m: dict, versions: dict, started: str, wall: float, command: st
 
 def _burndown_section(args, results) -> list[str]:
     out = [f"## Burn-down: {args.jobs:,} jobs preloaded, then W worker processes start", "",
-           "jobs/s from the first job's start to the last one's (worker start-up not counted).", "",
-           "| queue | " + " | ".join(f"W = {w}" for w in args.workers) + " |",
-           "|---|" + "---:|" * len(args.workers)]
-    for peer in args.peers:
-        n = size(peer, args.jobs)
-        cells = [_cells(results, peer, "burndown", "jobs_per_s", {"workers": w, "jobs": n})[0]
-                 for w in args.workers]
-        title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
-        out.append(f"| {title} | " + " | ".join(cells) + " |")
+           "jobs/s from the first job's start to the last one's (worker start-up not counted).", ""]
+    out += _by_workers(args, lambda peer, w, n: _cells(results, peer, "burndown", "jobs_per_s",
+                                                       {"workers": w, "jobs": n})[0])
     out += _from_launch_table(args, results)
     extra = [f"{TITLES[r['peer']]} W = {r['params']['workers']}: {r['runs'] - r['jobs']}"
              for r in _reruns(results, "burndown")]
@@ -97,24 +91,30 @@ def _burndown_section(args, results) -> list[str]:
     return out
 
 
+def _by_workers(args, cell) -> list[str]:
+    """A table of the burn-down's peers by worker count: ``cell(peer, workers, jobs)``."""
+    out = ["| queue | " + " | ".join(f"W = {w}" for w in args.workers) + " |",
+           "|---|" + "---:|" * len(args.workers)]
+    for peer in args.peers:
+        n = size(peer, args.jobs)
+        title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
+        out.append(f"| {title} | " + " | ".join(cell(peer, w, n) for w in args.workers) + " |")
+    return out
+
+
 def _from_launch_table(args, results) -> list[str]:
     """The burn-down with its workers' start-up included (runs that recorded it): jobs/s
     from their launch to the last job's start, and the start-up, launch to first start."""
     if not any(r.get("jobs_per_s_from_launch") for r in results if r["workload"] == "burndown"):
         return []
-    out = ["", "The same runs with the workers' start-up included: jobs/s from their launch to the last "
-           "job's start; then the start-up, s (launch to the first job's start).", "",
-           "| queue | " + " | ".join(f"W = {w}" for w in args.workers) + " |",
-           "|---|" + "---:|" * len(args.workers)]
-    for peer in args.peers:
-        n = size(peer, args.jobs)
-        cells = []
-        for w in args.workers:
-            rate, rates = _cells(results, peer, "burndown", "jobs_per_s_from_launch", {"workers": w, "jobs": n})
-            start = _cells(results, peer, "burndown", "start_up_s", {"workers": w, "jobs": n}, "{:,.2f}")[0]
-            cells.append(f"{rate}; {start} s" if rates else rate)
-        out.append(f"| {TITLES[peer]} | " + " | ".join(cells) + " |")
-    return out
+
+    def cell(peer, w, n):
+        rate, rates = _cells(results, peer, "burndown", "jobs_per_s_from_launch", {"workers": w, "jobs": n})
+        start = _cells(results, peer, "burndown", "start_up_s", {"workers": w, "jobs": n}, "{:,.2f}")[0]
+        return f"{rate}; {start} s" if rates else rate
+
+    return ["", "The same runs with the workers' start-up included: jobs/s from their launch to the last "
+            "job's start; then the start-up, s (launch to the first job's start).", "", *_by_workers(args, cell)]
 
 
 def _rerun_warnings(results, workload: str) -> list[str]:

@@ -154,9 +154,9 @@ def _finish_batch(tr, items: list[tuple[Job, bytes | None, bool | str]]) -> list
             # (each row read as its turn comes: a job given twice sees its first finish)
             done = [_finish_row(tr, job, rows.get(tr, job.type, job.id), raw, failed, retained, tally)
                     for job, raw, failed in items]
-        for type in dict.fromkeys(job.type for (job, _raw, _failed), d in zip(items, done) if d):
-            if tally.to_stamp(type):
-                rows.bump_activity(tr, type)
+        for (job, _raw, _failed), finished in zip(items, done):
+            if finished and tally.to_stamp(job.type):  # (once a type, with a carrying accept's)
+                rows.bump_activity(tr, job.type)
         return done
 
     return within_store(tr, body)
