@@ -121,6 +121,9 @@ class TransactionRead:
         self._cancelled = False
         self._committed = False
         self._failed = False  # the last commit failed: unusable until on_error() or reset()
+        # used after its commit (2017): then on_error() refuses too, until reset()
+        self._used_after_commit = False
+        self._deferred_error: int | None = None  # a read's error its commit raises again (1036)
 
     def _release_conn(self) -> None:
         if self._deferred and self._conn is not None:  # (before its snapshot ends)
@@ -135,12 +138,19 @@ class TransactionRead:
     def _check_usable(self) -> None:
         if self._cancelled:
             raise FDBError(E.TRANSACTION_CANCELLED)
-        if self._failed:
-            raise FDBError(E.USED_DURING_COMMIT, "the last commit failed: call on_error() or reset() first")
-        if self._committed:
+        if self._failed or self._committed:
+            self._used_after_commit = True  # (as FoundationDB: from now on only reset() revives it)
+            if self._failed:
+                raise FDBError(E.USED_DURING_COMMIT, "the last commit failed: call on_error() or reset() first")
             raise FDBError(E.USED_DURING_COMMIT, "transaction already committed; reset() it")
         if self._timeout is not None and time.monotonic() - self._created > self._timeout:
             raise FDBError(E.TRANSACTION_TIMED_OUT)
+
+    def _unreadable_read(self, detail: str) -> FDBError:
+        """The error of a read of what this transaction wrote with a versionstamp (1036),
+        which its commit raises again, as FoundationDB's does (``on_error``/``reset`` forget it)."""
+        self._deferred_error = E.ACCESSED_UNREADABLE
+        return FDBError(E.ACCESSED_UNREADABLE, detail)
 
     def _read_conn(self):
         """The connection holding this transaction's read snapshot (opened on first use)."""
@@ -186,12 +196,12 @@ class TransactionRead:
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
         if self._unreadable and in_ranges(key, self._unreadable):
             self._check_usable()
-            raise FDBError(E.ACCESSED_UNREADABLE, "key may be one written with a versionstamp in this transaction")
+            raise self._unreadable_read("key may be one written with a versionstamp in this transaction")
         entry = self._own_entry(key, snapshot) if self._writes or self._cleared else None
         if entry is not None and entry[0] != _ATOMIC:
             self._check_usable()
             if entry[0] == _UNREADABLE:
-                raise FDBError(E.ACCESSED_UNREADABLE, "key was written with a versionstamp in this transaction")
+                raise self._unreadable_read("key was written with a versionstamp in this transaction")
             return Value(entry[1], self._ref)  # (the payload of a clear is None)
         self._read_conn()
         if not snapshot:
@@ -271,34 +281,60 @@ class TransactionRead:
         elif tag == _UNREADABLE:
             raise FDBError(1036, "range includes a key written with a versionstamp")
 
-    def _resolve(self, sel, snapshot: bool) -> bytes:
-        """The key a key selector points at, in this transaction's view."""
+    def _resolve(self, sel, snapshot: bool, in_range: bool = False, bound: bytes | None = None,
+                 floor: bytes = b"") -> bytes:
+        """The key a key selector points at, in this transaction's view.
+
+        What this transaction wrote with a versionstamp (a span of keys it cannot read
+        until commit) stops a selector as FoundationDB's does: a walk back over it, or on
+        past it, fails (1036); a walk forward that ends on it resolves to where it begins
+        when the selector is a range read's end (``in_range``: no row of it is read), and
+        fails for ``get_key`` (whose answer would be that key).  A range read's begin walks
+        forward no further than its end (``bound``), and its end back no further than a
+        begin given as a key (``floor``), as FoundationDB's: there the range is empty, and
+        nothing past its other end is read."""
         if not isinstance(sel, KeySelector) and not hasattr(sel, "or_equal"):
             return to_key(sel)
         key, or_equal, offset = to_key(sel.key), sel.or_equal, sel.offset
-        if offset >= 1:  # the offset-th key at or after the pivot
-            pivot = key + b"\x00" if or_equal else key
-            n, found = offset, b"\xff"
-            for k, _v in self._scan(pivot, b"\xff", False):
+        pivot = key + b"\x00" if or_equal else key
+        if offset >= 1:  # the offset-th key at or after the pivot (and before ``bound``)
+            stop = b"\xff" if bound is None else bound
+            unreadable = min((b for b, e in self._unreadable if e > pivot), default=None) if self._unreadable else None
+            if unreadable is not None and unreadable >= stop:
+                unreadable = None
+            n, found = offset, stop
+            for k, _v in self._scan(pivot, stop, False):
+                if unreadable is not None and unreadable <= k:
+                    break
                 n -= 1
                 if n == 0:
                     found = k
                     break
-            if not snapshot:
-                self._reads.append((pivot, found + b"\x00" if found != b"\xff" else b"\xff"))
+            if n and unreadable is not None:  # (the walk came to the span before its key)
+                if n > 1 or not in_range:
+                    raise self._unreadable_read("a key selector walked onto a key written with a versionstamp")
+                found, n = unreadable, 0
+            if not snapshot and pivot < found:
+                self._read_over(pivot, found + b"\x00" if n == 0 and found != b"\xff" else found)
             return found
-        # the (1 - offset)-th key before the pivot
-        pivot = key + b"\x00" if or_equal else key
+        # the (1 - offset)-th key before the pivot (and at or after ``floor``)
         pivot = min(pivot, b"\xff")
-        n, found = 1 - offset, b""
-        for k, _v in self._scan(b"", pivot, True):
+        n, found = 1 - offset, floor
+        for k, _v in self._scan(floor, pivot, True):
             n -= 1
             if n == 0:
                 found = k
                 break
+        if self._unreadable and overlaps_spans(found, pivot, self._unreadable):
+            raise self._unreadable_read("a key selector walked back over a key written with a versionstamp")
         if not snapshot:
-            self._reads.append((found, pivot))
+            self._read_over(found, pivot)
         return found
+
+    def _read_over(self, begin: bytes, end: bytes) -> None:
+        """A selector's walk over ``[begin, end)`` conflicts, less what this transaction's
+        own writes determine (as a range read's)."""
+        self._reads.extend(self._not_own(begin, end) if self._writes or self._cleared else ((begin, end),))
 
     def _get_key(self, selector, snapshot: bool) -> Value:
         return Value(self._resolve(selector, snapshot), self._ref)
@@ -307,8 +343,15 @@ class TransactionRead:
         return self._get_key(selector, False)
 
     def _get_range(self, begin, end, limit, reverse, snapshot) -> RangeResult:
-        begin = self._resolve(begin, snapshot)
-        end = self._resolve(end, snapshot)
+        asked = (begin, end)
+        # (the far end's walk, the end of a forward read, conflicts only as the range does:
+        # where the read stops, or further, see _far_end)
+        if not hasattr(begin, "or_equal"):  # (a key: the end's walk back stops there)
+            begin = to_key(begin)
+            end = self._resolve(end, snapshot or not reverse, True, floor=begin)
+        else:
+            end = self._resolve(end, snapshot or not reverse, True)
+            begin = self._resolve(begin, snapshot or reverse, True, end)
         if end > b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
         limit = limit or 0
@@ -318,8 +361,6 @@ class TransactionRead:
         if begin >= end:
             self._check_usable()
             return RangeResult(rows, self)
-        if self._unreadable and overlaps_spans(begin, end, self._unreadable):
-            raise FDBError(E.ACCESSED_UNREADABLE, "range may include a key written with a versionstamp")
         own = self._sees_own_writes(snapshot) and self._wrote_in(begin, end)
         if own:
             for k, v in self._scan(begin, end, reverse):
@@ -329,14 +370,18 @@ class TransactionRead:
         else:  # the store's rows alone: SQLite applies the limit, and they come in one call
             found = self._read_conn().execute(_RANGE[reverse], (begin, end, limit or -1)).fetchall()
             rows = [KeyValue(k, v) for k, v in found]
+        # what the read scanned: up to its last row when its limit stopped it
+        if limit == 0 or len(rows) < limit:
+            span = (begin, end)
+        elif reverse:
+            span = (rows[-1].key, end)
+        else:
+            span = (begin, rows[-1].key + b"\x00")
+        if self._unreadable and overlaps_spans(*span, self._unreadable):  # (snapshot or not)
+            raise self._unreadable_read("range may include a key written with a versionstamp")
         if not snapshot:
-            full = limit == 0 or len(rows) < limit
-            if full:
-                span = (begin, end)
-            elif reverse:
-                span = (rows[-1].key, end)
-            else:
-                span = (begin, rows[-1].key + b"\x00")
+            if len(rows) == limit:  # (the limit cut it: see _far_end)
+                span = _far_end(span, begin, end, asked, reverse)
             self._reads.extend(self._not_own(*span) if own else (span,))
         return RangeResult(rows, self)
 
@@ -366,6 +411,19 @@ class TransactionRead:
     def get_range_startswith(self, prefix, *args, **kwargs) -> RangeResult:
         prefix = to_key(prefix)
         return self.get_range(prefix, strinc_or_end(prefix), *args, **kwargs)
+
+
+def _far_end(span, begin: bytes, end: bytes, asked: tuple, reverse: bool) -> tuple[bytes, bytes]:
+    """The read conflict range of a range read its limit stopped, ``span`` the part it
+    scanned.  FoundationDB's reads the whole range, whatever the limit, when the far end
+    must be found walking towards the rows (a forward read's end given as a selector that
+    walks back, a reverse read's begin given as one that walks on, not a plain key): its
+    read conflicts out to where that walk began (seen on a cluster)."""
+    sel = asked[0] if reverse else asked[1]
+    if not hasattr(sel, "or_equal") or (sel.offset >= 1) != reverse or (sel.offset == 1 and not sel.or_equal):
+        return span
+    pivot = to_key(sel.key) + b"\x00" if sel.or_equal else to_key(sel.key)
+    return (min(begin, pivot), end) if reverse else (begin, max(end, pivot))
 
 
 class _Snapshot:

@@ -98,6 +98,8 @@ class Transaction(TransactionRead):
             return
         for k in [k for k in self._writes if begin <= k < end]:
             del self._writes[k]
+        if self._unreadable:  # (a span cleared whole is known again: empty, as FoundationDB's)
+            self._unreadable = [(b, e) for b, e in self._unreadable if not (begin <= b and e <= end)]
         self._cleared = merge_ranges(self._cleared + [(begin, end)])
         self._log_write(("clear_range", begin, end))
         self._size += len(begin) + len(end) + 16
@@ -214,7 +216,8 @@ class Transaction(TransactionRead):
         self._check_usable()
         begin, end = to_key(begin), to_key(end)
         if begin < end:
-            self._read_conn()  # a read conflict needs a read version to be checked against
+            # (no read version taken here, as FoundationDB's: a transaction that only adds
+            # read conflicts gets its read version at commit, and so conflicts with nothing)
             self._reads.append((begin, end))
 
     def add_read_conflict_key(self, key) -> None:
@@ -261,9 +264,13 @@ class Transaction(TransactionRead):
     def commit(self) -> Future:
         """Commit; raises FDBError 1020 on a conflict (nothing written), 1007 when too old.
         After a failed commit the transaction refuses use (2017) until ``on_error`` or
-        ``reset``; its versionstamp future fails with 2020 and its watches with the error."""
+        ``reset``; its versionstamp future fails with 2020 and its watches with the error.
+        A transaction used after its commit (2017) is revived only by ``reset``; one whose
+        read failed with 1036 fails its commit with 1036 (FoundationDB's behaviour)."""
         self._check_usable()
         try:
+            if self._deferred_error is not None:
+                raise FDBError(self._deferred_error, "an earlier read of this transaction failed")
             if self._deferred:  # (inside the read snapshot, which the commit ends)
                 self._read_deferred()
             if self._watches:
@@ -331,7 +338,10 @@ class Transaction(TransactionRead):
     def on_error(self, error) -> Future:
         """For a retryable error (FoundationDB's predicate: ``errors.RETRYABLE``): back off,
         reset (options are kept), return a ready future.  Anything else (or past the retry
-        limit) is raised again."""
+        limit) is raised again; so is 2017 once the transaction was used after its commit
+        (FoundationDB's: only ``reset`` revives it then)."""
+        if self._used_after_commit:
+            raise FDBError(E.USED_DURING_COMMIT, "used after its commit: reset() it")
         code = error if isinstance(error, int) else E.error_code(error)
         if code not in E.RETRYABLE:
             if isinstance(error, BaseException):

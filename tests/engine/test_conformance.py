@@ -21,7 +21,7 @@ import pytest
 from enginekit import expect_fdb_error, from_le, le, read, rows, run_proc, spawn, val, wait_until
 
 from jobs.engine import (
-    KeySelector, Versionstamp, error_code, is_database, pack_with_versionstamp, transactional, wait_future,
+    KeySelector, Versionstamp, close, error_code, is_database, pack_with_versionstamp, transactional, wait_future,
 )
 
 # --- small helpers -------------------------------------------------------------------------
@@ -565,9 +565,7 @@ def test_versionstamps_increase_across_handles_and_processes(engine, ks):
     try:
         second = _stamped_commit(other, ks, 1)
     finally:
-        close = getattr(other, "close", None)
-        if close:
-            close()
+        close(other)
     run_proc("set", engine.url, ks.pack(("x",)).hex(), b"y".hex())
     third = _stamped_commit(engine.db, ks, 2)
     assert first < second < third
@@ -928,6 +926,35 @@ def test_transactional_reraises_non_retryable(db, ks):
     assert len(calls) == 1
 
 
+def test_transactional_retries_the_embedded_engines_error_raised_by_a_body_alike(db, ks):
+    """A body may raise ``jobs.engine.FDBError`` itself (a simulated conflict) on any
+    engine's transaction: a retryable code is retried as the engine's own error would be
+    (the bindings' ``on_error`` takes no other class), any other code is raised as it was."""
+    from jobs.engine import FDBError
+
+    calls = []
+
+    @transactional
+    def conflicts_once(tr):
+        calls.append(1)
+        tr.set(ks.pack(("v",)), b"x")
+        if len(calls) == 1:
+            raise FDBError(1020)
+
+    conflicts_once(db)
+    assert len(calls) == 2 and read(db, ks.pack(("v",))) == b"x"
+    refused = FDBError(2004, "the body's own")
+
+    @transactional
+    def fails(tr):
+        calls.append(1)
+        raise refused
+
+    with pytest.raises(FDBError) as raised:
+        fails(db)
+    assert raised.value is refused and len(calls) == 3
+
+
 @pytest.mark.parametrize("code", [1020, 1021, 1007])
 def test_on_error_retries_and_resets(db, ks, code):
     k = ks.pack(("k",))
@@ -1036,9 +1063,7 @@ def test_sigkill_mid_commit_loses_no_acknowledged_commit(engine, ks):
             assert logged == list(range(1, counter + 1))
             acked = counter
         finally:
-            close = getattr(db2, "close", None)
-            if close:
-                close()
+            close(db2)
     if engine.path is not None:
         conn = sqlite3.connect(engine.path)
         try:
@@ -1293,32 +1318,86 @@ def test_a_transaction_that_starts_while_its_database_closes_gets_operation_canc
 
 
 def test_a_failed_commit_leaves_the_transaction_unusable(db, ks):
-    """After a failed commit the transaction refuses use (2017) until on_error or reset:
-    using it again would read and commit on a stale view (a lost update)."""
+    """After a failed commit the transaction refuses use (2017); ``on_error`` at once
+    revives it, on a new read version.  Used again first, it stays refused (``on_error``
+    answers 2017 too, as on a cluster) until ``reset``: using it would read and commit on
+    a stale view (a lost update)."""
     k, other = ks.pack(("k",)), ks.pack(("other",))
+    t1 = _lost_conflict(db, k, other)
+    t1.on_error(1020).wait()
+    assert val(t1.get(k)) == b"t2"  # usable again, on a new read version
+    t1.set(other, b"t1")
+    commit(t1)
+    assert read(db, other) == b"t1"
     t1 = _lost_conflict(db, k, other)
     with expect_fdb_error(2017):
         t1.get(k).wait()
     with expect_fdb_error(2017):
         t1.set(other, b"again")
         commit(t1)
-    t1.on_error(1020).wait()
-    assert val(t1.get(k)) == b"t2"  # usable again, on a new read version
-    t1.set(other, b"t1")
+    with expect_fdb_error(2017):
+        t1.on_error(1020).wait()
+    with expect_fdb_error(2017):
+        t1.get(k).wait()
+    t1.reset()
+    assert val(t1.get(k)) == b"t2"
+    t1.set(other, b"after reset")
     commit(t1)
-    assert read(db, other) == b"t1"
+    assert read(db, other) == b"after reset"
+
+
+def test_a_committed_transaction_used_again_is_revived_only_by_reset(db, ks):
+    k = ks.pack(("k",))
+    tr = db.create_transaction()
+    tr.set(k, b"1")
+    commit(tr)
+    with expect_fdb_error(2017):
+        tr.get(k).wait()
+    with expect_fdb_error(2017):
+        tr.on_error(1020).wait()
+    tr.reset()
+    assert val(tr.get(k)) == b"1"
 
 
 def test_range_read_over_a_versionstamped_key_is_unreadable(db, ks):
-    tr = db.create_transaction()
-    tr.get_read_version().wait()
-    tr.set(ks.pack(("a",)), b"a")
-    tr.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), b"v")
+    """A read of what the transaction wrote with a versionstamp fails (1036), and so does
+    the transaction's commit afterwards (the error is kept), as on a cluster; ``on_error``
+    forgets it."""
+    def stamped():
+        tr = db.create_transaction()
+        tr.get_read_version().wait()
+        tr.set(ks.pack(("a",)), b"a")
+        tr.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), b"v")
+        return tr
+
+    tr = stamped()
     with expect_fdb_error(1036):
         rows(tr.get_range(ks.range().start, ks.range().stop))
     assert rows(tr.get_range(ks.pack(("a",)), ks.pack(("b",)))) == [(ks.pack(("a",)), b"a")]  # elsewhere: fine
+    with expect_fdb_error(1036):
+        commit(tr)
+    assert rows(db.create_transaction().get_range_startswith(ks.pack(("vs",)))) == []  # nothing written
+    tr = stamped()
+    with expect_fdb_error(1036):
+        rows(tr.snapshot.get_range(ks.range().start, ks.range().stop))  # a snapshot read alike
+    with expect_fdb_error(1036):
+        commit(tr)
+    tr = stamped()
+    with expect_fdb_error(1036):
+        rows(tr.get_range(ks.range().start, ks.range().stop))
+    tr.on_error(1020).wait()  # a new attempt: the read's error is forgotten
+    tr.set_versionstamped_key(pack_with_versionstamp(ks, ("vs", Versionstamp())), b"v")
     commit(tr)
     assert len(rows(db.create_transaction().get_range_startswith(ks.pack(("vs",))))) == 1
+
+
+def test_a_read_of_a_versionstamped_value_fails_the_commit_too(db, ks):
+    tr = db.create_transaction()
+    tr.set_versionstamped_value(ks.pack(("sv",)), b"\x00" * 10 + struct.pack("<L", 0))
+    with expect_fdb_error(1036):
+        tr.get(ks.pack(("sv",))).wait()
+    with expect_fdb_error(1036):
+        commit(tr)
 
 
 def test_max_retry_delay_caps_the_backoff(engine, db, monkeypatch):
