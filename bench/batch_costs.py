@@ -59,7 +59,7 @@ def one_round(directory: str, n: int) -> dict[str, float]:
     out["finish"] = _timed(lambda: [jobs.finish(db, job) for [job] in singles])
     calls = max(1, n // EMPTY_SHARE)
     out["accept, nothing due"] = _timed(lambda: [jobs.accept(db, TYPE, timeout=0) for _ in range(calls)]) * n / calls
-    db.close()
+    jobs.store.close(db)
     db = new_store(directory, "batched")
     out["add_many"] = _timed(lambda: jobs.add_many(db, TYPE, _ids(n)))
     batches, out[f"accept_many({ACCEPT_BATCH})"] = _accepted(db, n, ACCEPT_BATCH)
@@ -68,7 +68,7 @@ def one_round(directory: str, n: int) -> dict[str, float]:
         lambda: [jobs.finish_many(db, taken[i:i + FINISH_BATCH]) for i in range(0, n, FINISH_BATCH)])
     if jobs.pending_count(db, TYPE) != 0:
         raise RuntimeError("jobs left pending")
-    db.close()
+    jobs.store.close(db)
     return {way: seconds / n * 1e6 for way, seconds in out.items()}  # (a call for "nothing due")
 
 

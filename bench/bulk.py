@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             rates[name].append(n / (time.perf_counter() - t))
             if jobs.pending_count(db, TYPE) != n:
                 raise RuntimeError(f"{name}: {jobs.pending_count(db, TYPE)} jobs pending, not {n}")
-            db.close()
+            jobs.store.close(db)
     for name, runs in rates.items():
         print(f"{name:<28} {statistics.median(runs):>10,.0f} jobs/s (median of {len(runs)})", file=sys.stderr)
     print(json.dumps({"jobs": args.jobs, "jobs_per_s": rates}))

@@ -82,7 +82,7 @@ def worker(url: str, type: str, stop, ready, out) -> None:
             except jobs.Halt:  # B's job removed at the cap just as it was accepted
                 pass
     finally:
-        db.close()
+        jobs.store.close(db)
 
 
 class Collector:
@@ -236,7 +236,7 @@ def scenario(url: str, type: str, keyed: bool, args) -> Scenario:
                 q.cancel_join_thread()
                 q.close()
     finally:
-        db.close()
+        jobs.store.close(db)
     return result
 
 

@@ -113,7 +113,7 @@ def soak(path: str, n: int, every: int, prefetch: int, processes: int = 1, concu
     for child in children:
         child.join(60)
     samples[-1]["jobs_left"] = _jobs_left(db)
-    db.close()
+    jobs.store.close(db)
     return samples
 
 

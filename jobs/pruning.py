@@ -12,9 +12,9 @@ import time
 from . import checks, finished as finished_index, keys, rows
 from .calls import within_store
 from .creator import remove_row
-from .engine import error_code, value_of
+from .engine import close, error_code, value_of
 from .engine.errors import MAYBE_COMMITTED
-from .engine.transactional import run
+from .engine.transactional import on_error, run
 from .errors import StoreError
 from .retention import KEEP_FOREVER, retentions
 from .status import job_types
@@ -78,11 +78,9 @@ def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, sprea
                 if error_code(exc) is None:
                     raise
                 unknown = out if error_code(exc) in MAYBE_COMMITTED else None
-                tr.on_error(exc).wait()
+                on_error(tr, exc)
     finally:
-        close = getattr(tr, "close", None)
-        if close is not None:
-            close()
+        close(tr)
 
 
 def _indexed(tr, type: str, job_id: str) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from .engine import errors as engine_errors
-from .engine.urls import open_database
+from .engine.urls import close, open_database
 from .errors import StoreOpenError
 
 
@@ -31,6 +31,4 @@ def opened(url: str | None = None, *, create: bool = True):
     try:
         yield db
     finally:
-        close = getattr(db, "close", None)
-        if close is not None:
-            close()
+        close(db)

@@ -28,7 +28,7 @@ import anyio.to_thread
 import jobs
 from jobs import activity, counts, pending, rates, recount
 from jobs.engine import error_code, is_retryable
-from jobs.engine.transactional import run
+from jobs.engine.transactional import on_error, run
 
 from .batching import AdaptiveBatch, Failures, Unreadable, jittered
 from .retention import Pruner
@@ -169,7 +169,7 @@ class ActivityMonitor:
                 if self._batch.too_big(exc):
                     continue
                 if is_retryable(exc):
-                    tr.on_error(exc).wait()
+                    on_error(tr, exc)
                     continue
                 raise
             total += count

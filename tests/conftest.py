@@ -18,10 +18,14 @@ prefix on ``fdb``.  ``tests/engine/conftest.py`` has fixtures of its own
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
-import jobs
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))  # enginekit, as engine/conftest.py
+from enginekit import skip_without_fdb  # noqa: E402
+
+import jobs  # noqa: E402
 
 JOB_ENGINES = ["embedded", "memory", "fdb"]
 APP_PREFIX = ("jobs-tests-app",)  # the application's own keys in composition tests
@@ -56,7 +60,7 @@ def store_url(name: str, tmp_path) -> str:
         return "memory:"
     cluster_file = os.environ.get("FDB_CLUSTER_FILE")
     if not cluster_file:
-        pytest.skip(FDB_SKIP_REASON)
+        skip_without_fdb(FDB_SKIP_REASON)
     return "fdb:" + cluster_file
 
 
@@ -74,9 +78,7 @@ def db(request, tmp_path):
             if name == "fdb":
                 clear_store(database)
         finally:
-            close = getattr(database, "close", None)
-            if close is not None:
-                close()
+            jobs.store.close(database)
 
 
 class SharedStore:

@@ -20,6 +20,7 @@ import pytest
 import jobs
 import jobs.aio
 from jobs import keys, rows
+from jobs.engine import close
 from jobs.engine.faults import FaultInjectingDatabase
 
 T = "t1"
@@ -872,9 +873,7 @@ def test_calls_on_a_transaction_join_it_and_do_not_commit(db):
             jobs.get_job(db, T, J1)  # not committed by add
         tr.commit().wait()
     finally:
-        close = getattr(tr, "close", None)
-        if close is not None:
-            close()
+        close(tr)
     assert state_and_data(db, T, J1) == ("pending", {"v": 1})
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import jobs
 import pipeline
-from jobs.engine import FDBError
+from jobs.engine import error_code
 from pipeline import collector, ingest
 from pipeline.errors import (
     DatabaseBusy,
@@ -298,7 +298,9 @@ def interleaved(db, *calls):
             try:
                 tr.commit().wait()
                 break
-            except FDBError as exc:
+            except Exception as exc:  # noqa: BLE001 - either engine's error class, told by its code
+                if error_code(exc) is None:
+                    raise
                 tr.on_error(exc).wait()
                 attempts += 1
                 result = call(tr)

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         out["take_us"].append(takes)
         out["status_s"].append(gathers)
         out["status_exact_s"].append(exact)
-    db.close()
+    jobs.store.close(db)
     print(json.dumps(out))
     return 0
 

@@ -21,6 +21,7 @@ from .fdbapi import (
 )
 from .futures import value_of, wait_future
 from .transactional import is_database, transactional
+from .urls import close
 
 __all__ = [
     "FDBError",
@@ -28,6 +29,7 @@ __all__ = [
     "KeyValue",
     "Subspace",
     "Versionstamp",
+    "close",
     "error_code",
     "is_database",
     "is_retryable",

@@ -14,6 +14,7 @@ import inspect
 import weakref
 
 from .errors import error_code
+from .urls import close
 
 # transaction -> the watches set by its current attempt through watch() (see there)
 _attempt_watches: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
@@ -80,11 +81,26 @@ def run_noting(db, failed, func, /, *args, **kwargs):
                     raise
                 if failed is not None:
                     failed(exc)
-                tr.on_error(exc).wait()
+                on_error(tr, exc)
     finally:
-        close = getattr(tr, "close", None)
-        if close is not None:
-            close()
+        close(tr)
+
+
+def on_error(tr, exc: BaseException) -> None:
+    """``tr.on_error(exc).wait()`` for a store error of either engine's class: back off and
+    reset ``tr`` for a retryable one, else raise ``exc`` as it was raised.
+
+    The bindings' ``on_error`` re-raises any exception that is not their own class, so a
+    body that raises the embedded engine's :class:`~jobs.engine.errors.FDBError` (a
+    simulated conflict, say) on a cluster transaction would end the retry loop there: the
+    error is passed as its code, which both engines take, so that it is retried alike."""
+    code = error_code(exc)
+    try:
+        tr.on_error(code).wait()
+    except Exception as again:  # noqa: BLE001 - the engine's answer for a code it does not retry
+        if error_code(again) != code:
+            raise
+        raise exc from exc.__cause__  # (the attempt's own error, not the engine's copy of it)
 
 
 def within(tr, func, *args, **kwargs):

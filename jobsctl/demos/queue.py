@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"jobs not finished exactly once with the right result: {len(wrong)}")
     if early:
         print(f"jobs with a wrong schedule: {len(early)}")
-    db.close()
+    jobs.store.close(db)
     if scratch.in_scratch():
         shutil.rmtree(log_dir, ignore_errors=True)
     return 0 if not wrong and not early and finished == args.jobs else 1

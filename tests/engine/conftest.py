@@ -15,7 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # enginekit, wherever pytest roots the tests
 
-from jobs.engine import Subspace  # noqa: E402
+from enginekit import skip_without_fdb  # noqa: E402
+
+from jobs.engine import Subspace, close  # noqa: E402
 from jobs.engine.urls import open_database  # noqa: E402
 
 TEST_PREFIX = ("jobs-engine-tests",)
@@ -51,12 +53,6 @@ class Engine:
         return open_database(self.url)
 
 
-def _close(db) -> None:
-    close = getattr(db, "close", None)
-    if close is not None:
-        close()
-
-
 @pytest.fixture(params=ENGINES)
 def engine(request, tmp_path):
     name = request.param
@@ -70,7 +66,7 @@ def engine(request, tmp_path):
     else:
         cluster_file = os.environ.get("FDB_CLUSTER_FILE")
         if not cluster_file:
-            pytest.skip(FDB_SKIP_REASON)
+            skip_without_fdb(FDB_SKIP_REASON)
         url = "fdb:" + cluster_file
     db = open_database(url if url is not None else "memory:")
     if name == "fdb":
@@ -80,7 +76,7 @@ def engine(request, tmp_path):
     finally:
         if name == "fdb":
             db.clear_range(ks.range().start, ks.range().stop)
-        _close(db)
+        close(db)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 
-from jobs.engine import Subspace, transactional
+from jobs.engine import Subspace, close, transactional
 from jobs.engine.urls import open_database
 
 
@@ -108,9 +108,7 @@ def main(argv: list[str]) -> int:
             print(_step(db, space), flush=True)
     else:
         raise SystemExit(f"unknown command {command!r}")
-    close = getattr(db, "close", None)
-    if close is not None:
-        close()
+    close(db)
     return 0
 
 

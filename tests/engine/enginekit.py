@@ -17,6 +17,15 @@ from jobs.engine import error_code
 
 REPO = Path(__file__).resolve().parents[2]
 PROC = Path(__file__).with_name("engine_proc.py")
+REQUIRE_FDB_ENV = "JOBS_REQUIRE_FDB"  # set (as .ci/run does where it starts a cluster): fail, not skip
+
+
+def skip_without_fdb(reason: str) -> None:
+    """Skip the calling fdb case, which has no cluster here (or, with $JOBS_REQUIRE_FDB,
+    fail it: a run that promised a cluster must not pass by skipping its cases)."""
+    if os.environ.get(REQUIRE_FDB_ENV):
+        pytest.fail(f"{REQUIRE_FDB_ENV} is set but {reason}")
+    pytest.skip(reason)
 
 
 def val(x) -> bytes | None:
