@@ -109,8 +109,10 @@ class CountingDatabase(WrappedDatabase):
             tallies, self._tallies = self._tallies, []
         return tallies
 
+    def _label(self) -> str | None:
+        return getattr(self._local, "label", None)
+
     def _keep(self, tally: Tally) -> None:
-        tally.label = getattr(self._local, "label", None)
         with self._lock:
             self._tallies.append(tally)
 
@@ -258,19 +260,12 @@ class CountingTransaction:
         self._tr.add_read_conflict_range(begin, end)
 
     def commit(self):
-        """The wrapped commit; its tally is kept when it succeeds."""
-        future = self._tr.commit()
+        """The wrapped commit; its tally is kept, labelled as this thread's block, once the
+        commit is seen to have succeeded (:class:`_CountedCommit`)."""
         tally = self.tally
         tally.attempts = self._retries + 1
-        future.on_ready(lambda f: self._committed(f, tally))
-        return future
-
-    def _committed(self, future, tally: Tally) -> None:
-        try:
-            future.wait()
-        except Exception:  # noqa: BLE001 - not committed (or not known to be): not kept
-            return
-        self._db._keep(tally)
+        tally.label = self._db._label()
+        return _CountedCommit(self._tr.commit(), self._db, tally)
 
     def on_error(self, error):
         self._retries += 1
@@ -306,6 +301,44 @@ class CountingTransaction:
 
     def __repr__(self) -> str:
         return f"CountingTransaction({self._tr!r})"
+
+
+class _CountedCommit:
+    """A commit's future that keeps its tally once, when the commit is seen to succeed: by
+    ``wait()`` returning (in the waiter's thread, so that a ``take()`` after it finds the
+    tally) or by an ``on_ready`` callback.  (The bindings run their own callbacks on their
+    network thread, at a time of their own: a tally kept there could come after the take.)"""
+
+    def __init__(self, future, db: CountingDatabase, tally: Tally):
+        self._future, self._db, self._tally = future, db, tally
+        self._kept = False
+
+    def _keep(self) -> None:
+        with self._db._lock:
+            if self._kept:
+                return
+            self._kept = True
+        self._db._keep(self._tally)
+
+    def wait(self):
+        out = self._future.wait()
+        self._keep()
+        return out
+
+    def on_ready(self, callback) -> None:
+        def ready(_future):
+            try:
+                self._future.wait()
+            except Exception:  # noqa: BLE001 - not committed (or not known to be): not kept
+                pass
+            else:
+                self._keep()
+            callback(self)
+
+        self._future.on_ready(ready)
+
+    def __getattr__(self, name):  # is_ready, cancel, block_until_ready: the wrapped future's
+        return getattr(self._future, name)
 
 
 def _anchor(key_or_selector) -> bytes:

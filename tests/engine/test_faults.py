@@ -205,7 +205,8 @@ def test_real_failure_wins_over_unknown_committed(db, ks):
     tr = fdb_.create_transaction()
     tr.get(k).wait()
     future = tr.get_versionstamp()
-    _write(db, k).commit().wait()  # a real conflict
+    other = _write(db, k)  # a real conflict (held: a dropped transaction cancels its commit, 1025)
+    other.commit().wait()
     tr.set(ks.pack(("other",)), b"")
     with expect_fdb_error(1020):
         tr.commit().wait()
