@@ -6,14 +6,13 @@ packing a :class:`Versionstamp` reads ``fdb.impl``, which loads libfdb_c on impo
 bindings are used as they are (nothing in ``fdb`` is replaced or patched, so an
 application's own ``fdb.api_version()``/``fdb.open()`` work in any import order); the
 project packs versionstamps itself, to the same bytes (:func:`pack_versionstamp`,
-:func:`pack_with_versionstamp`).  :class:`KeySelector` serves the embedded engine, which
-also takes the bindings' own selectors; on a cluster, pass ``fdb.KeySelector`` to
-``get_range`` (the bindings take any other object for a key).
+:func:`pack_with_versionstamp`).  :class:`KeySelector` works with every call of either engine (see there).
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 
 import fdb.tuple as tuple
 from fdb.subspace_impl import Subspace
@@ -73,9 +72,20 @@ def pack_with_versionstamp(prefix, items: tuple) -> bytes:
 
 class KeySelector:
     """FoundationDB key selector: the key ``offset`` places after the last key below ``key``
-    (or at/below ``key`` when ``or_equal``).  Same fields as ``fdb.KeySelector``."""
+    (or at/below ``key`` when ``or_equal``).  Same fields as ``fdb.KeySelector``.
+
+    Once the bindings are loaded (libfdb_c, which a cluster needs), a new selector is the
+    bindings' own ``fdb.KeySelector``: their ``get_range`` takes no other class (anything
+    else is taken for a key); the embedded engine takes both.  A selector made before
+    that, used on a cluster, is refused by ``get_range`` there."""
 
     __slots__ = ("key", "or_equal", "offset")
+
+    def __new__(cls, key: bytes, or_equal: bool, offset: int):
+        impl = sys.modules.get("fdb.impl")  # (imported only by a successful load of libfdb_c)
+        if impl is not None:
+            return impl.KeySelector(key, or_equal, offset)
+        return object.__new__(cls)
 
     def __init__(self, key: bytes, or_equal: bool, offset: int):
         self.key = key

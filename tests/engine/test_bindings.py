@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from enginekit import REPO, proc_env
+from enginekit import REPO, proc_env, skip_without_fdb
 
 from jobs.engine import Subspace, Versionstamp, pack_versionstamp, pack_with_versionstamp
 from jobs.engine import tuple as fdb_tuple
@@ -143,5 +143,35 @@ print("INTERCHANGEABLE OK")
 def test_application_database_and_jobs_open_are_interchangeable(order):
     cluster_file = os.environ.get("FDB_CLUSTER_FILE")
     if not cluster_file:
-        pytest.skip("fdb engine: FDB_CLUSTER_FILE is not set")
+        skip_without_fdb("fdb engine: FDB_CLUSTER_FILE is not set")
     assert "INTERCHANGEABLE OK" in _python(_INTERCHANGEABLE, cluster_file, order)
+
+
+_SELECTORS = """
+import sys
+import jobs
+from jobs.engine import KeySelector
+db = jobs.open("memory:")
+for k in (b"a", b"b", b"c"):
+    db[k] = b"x"
+
+def through(sel):
+    tr = db.create_transaction()
+    return [kv.key for kv in tr.get_range(sel.first_greater_than(b"a"), sel.last_less_or_equal(b"c") + 1)]
+
+print("OWN:", type(KeySelector(b"a", False, 1)).__module__, through(KeySelector))
+if sys.argv[1] == "load":
+    import fdb
+    fdb.api_version(730)
+    print("LOADED:", type(KeySelector.first_greater_than(b"a")) is fdb.KeySelector, through(KeySelector))
+"""
+
+
+def test_a_selector_of_the_package_is_the_bindings_own_once_they_are_loaded():
+    """``jobs.engine.KeySelector`` works with every call of either engine: the bindings'
+    ``get_range`` takes only ``fdb.KeySelector``, which a selector made once they are
+    loaded is; before (no libfdb_c needed), it is the package's own."""
+    out = _python(_SELECTORS, "load" if HAVE_LIBFDB_C else "no")
+    assert "OWN: jobs.engine.fdbapi [b'b', b'c']" in out
+    if HAVE_LIBFDB_C:
+        assert "LOADED: True [b'b', b'c']" in out
