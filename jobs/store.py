@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 
 from .engine import errors as engine_errors
-from .engine.urls import close, open_database
+from .engine.transactional import close
+from .engine.urls import open_database
 from .errors import StoreOpenError
 
 

@@ -20,8 +20,7 @@ from .fdbapi import (
     versionstamp_at,
 )
 from .futures import value_of, wait_future
-from .transactional import is_database, transactional
-from .urls import close
+from .transactional import close, is_database, transactional
 
 __all__ = [
     "FDBError",

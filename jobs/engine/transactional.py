@@ -14,7 +14,6 @@ import inspect
 import weakref
 
 from .errors import error_code
-from .urls import close
 
 # transaction -> the watches set by its current attempt through watch() (see there)
 _attempt_watches: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
@@ -22,6 +21,15 @@ _attempt_watches: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDic
 
 def is_database(obj) -> bool:
     return hasattr(obj, "create_transaction")
+
+
+def close(handle) -> None:
+    """Release what a database or transaction of either engine holds: the embedded engine's
+    store connections (a ``memory:`` store is deleted); the bindings' ``fdb.Database`` and
+    transactions have no ``close`` (their client lives as long as the process), so nothing."""
+    close_ = getattr(handle, "close", None)
+    if close_ is not None:
+        close_()
 
 
 def watch(tr, key: bytes):

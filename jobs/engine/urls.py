@@ -25,7 +25,7 @@ import sqlite3
 from .cluster import open_cluster
 from .errors import StoreOpenError
 
-__all__ = ["ENV_VAR", "DEFAULT_STORE", "StoreOpenError", "close", "default_url", "parse_url", "open_database"]
+__all__ = ["ENV_VAR", "DEFAULT_STORE", "StoreOpenError", "default_url", "parse_url", "open_database"]
 
 ENV_VAR = "JOBS_STORE"
 DEFAULT_STORE_PATH = os.path.join(".jobs", "jobs.sqlite")
@@ -82,15 +82,6 @@ def open_database(url: str | None = None, *, create: bool = True):
     if is_default and create:
         os.makedirs(os.path.dirname(DEFAULT_STORE_PATH), exist_ok=True)
     return _open_embedded(url, path, create)
-
-
-def close(handle) -> None:
-    """Release what a database or transaction of either engine holds: the embedded engine's
-    store connections (a ``memory:`` store is deleted); the bindings' ``fdb.Database`` and
-    transactions have no ``close`` (their client lives as long as the process), so nothing."""
-    close_ = getattr(handle, "close", None)
-    if close_ is not None:
-        close_()
 
 
 def _open_embedded(url: str, path: str | None, create: bool):
