@@ -247,9 +247,10 @@ class TransactionRead:
             return self.get_range(key.start or b"", key.stop or b"\xff")
         return self.get(key)
 
-    def _scan(self, begin: bytes, end: bytes, reverse: bool):
+    def _scan(self, begin: bytes, end: bytes, reverse: bool, pending: bool = False):
         """Rows of this transaction's view of ``[begin, end)`` in order, with its own
-        writes, lazily."""
+        writes, lazily.  ``pending``: a key of an atomic op that leaves it absent is a row
+        too (value None), as a range read's selector walks count it on a cluster."""
         cursor = self._read_conn().execute(_RANGE[reverse], (begin, end, -1))
         own = sorted((k for k in self._writes if begin <= k < end), reverse=reverse)
         writes, cleared = self._writes, self._cleared
@@ -257,29 +258,29 @@ class TransactionRead:
         try:
             for k, v in cursor:
                 while i < len(own) and (own[i] > k if reverse else own[i] < k):
-                    yield from self._own_row(own[i], None)
+                    yield from self._own_row(own[i], None, pending)
                     i += 1
                 if i < len(own) and own[i] == k:
                     i += 1
-                    yield from self._own_row(k, v)
+                    yield from self._own_row(k, v, pending)
                 elif k not in writes and not (cleared and in_ranges(k, cleared)):
                     yield k, v
             while i < len(own):
-                yield from self._own_row(own[i], None)
+                yield from self._own_row(own[i], None, pending)
                 i += 1
         finally:
             cursor.close()
 
-    def _own_row(self, key: bytes, stored: bytes | None):
+    def _own_row(self, key: bytes, stored: bytes | None, pending: bool = False):
         tag, payload = self._writes[key]
         if tag == _SET:
             yield key, payload
         elif tag == _ATOMIC:
             value = apply_ops(None if in_ranges(key, self._cleared) else stored, payload)
-            if value is not None:
+            if value is not None or pending:
                 yield key, value
         elif tag == _UNREADABLE:
-            raise FDBError(1036, "range includes a key written with a versionstamp")
+            raise self._unreadable_read("range includes a key written with a versionstamp")
 
     def _resolve(self, sel, snapshot: bool, in_range: bool = False, bound: bytes | None = None,
                  floor: bytes = b"") -> bytes:
@@ -303,7 +304,7 @@ class TransactionRead:
             if unreadable is not None and unreadable >= stop:
                 unreadable = None
             n, found = offset, stop
-            for k, _v in self._scan(pivot, stop, False):
+            for k, _v in self._scan(pivot, stop, False, in_range):
                 if unreadable is not None and unreadable <= k:
                     break
                 n -= 1
@@ -320,7 +321,7 @@ class TransactionRead:
         # the (1 - offset)-th key before the pivot (and at or after ``floor``)
         pivot = min(pivot, b"\xff")
         n, found = 1 - offset, floor
-        for k, _v in self._scan(floor, pivot, True):
+        for k, _v in self._scan(floor, pivot, True, in_range):
             n -= 1
             if n == 0:
                 found = k
@@ -343,14 +344,15 @@ class TransactionRead:
         return self._get_key(selector, False)
 
     def _get_range(self, begin, end, limit, reverse, snapshot) -> RangeResult:
-        asked = (begin, end)
+        asked = begin, end = _plain(begin), _plain(end)
         # (the far end's walk, the end of a forward read, conflicts only as the range does:
         # where the read stops, or further, see _far_end)
         if not hasattr(begin, "or_equal"):  # (a key: the end's walk back stops there)
             begin = to_key(begin)
             end = self._resolve(end, snapshot or not reverse, True, floor=begin)
-        else:
-            end = self._resolve(end, snapshot or not reverse, True)
+        else:  # (a begin walking on lies past its pivot: the end's walk back stops there too)
+            floor = (to_key(begin.key) + b"\x00" if begin.or_equal else to_key(begin.key)) if begin.offset >= 1 else b""
+            end = self._resolve(end, snapshot or not reverse, True, floor=floor)
             begin = self._resolve(begin, snapshot or reverse, True, end)
         if end > b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
@@ -358,8 +360,11 @@ class TransactionRead:
         if limit < 0:
             raise FDBError(E.INVALID_OPTION_VALUE, "limit must not be negative")
         rows: list[KeyValue] = []
-        if begin >= end:
+        if begin >= end:  # (empty: a far end walking towards the rows still read its way)
             self._check_usable()
+            far = _far_end((begin, begin), begin, end, asked, reverse, False)
+            if not snapshot and far[0] < far[1]:
+                self._read_over(*far)
             return RangeResult(rows, self)
         own = self._sees_own_writes(snapshot) and self._wrote_in(begin, end)
         if own:
@@ -380,8 +385,7 @@ class TransactionRead:
         if self._unreadable and overlaps_spans(*span, self._unreadable):  # (snapshot or not)
             raise self._unreadable_read("range may include a key written with a versionstamp")
         if not snapshot:
-            if len(rows) == limit:  # (the limit cut it: see _far_end)
-                span = _far_end(span, begin, end, asked, reverse)
+            span = _far_end(span, begin, end, asked, reverse, len(rows) == limit)
             self._reads.extend(self._not_own(*span) if own else (span,))
         return RangeResult(rows, self)
 
@@ -413,17 +417,33 @@ class TransactionRead:
         return self.get_range(prefix, strinc_or_end(prefix), *args, **kwargs)
 
 
-def _far_end(span, begin: bytes, end: bytes, asked: tuple, reverse: bool) -> tuple[bytes, bytes]:
-    """The read conflict range of a range read its limit stopped, ``span`` the part it
-    scanned.  FoundationDB's reads the whole range, whatever the limit, when the far end
-    must be found walking towards the rows (a forward read's end given as a selector that
-    walks back, a reverse read's begin given as one that walks on, not a plain key): its
-    read conflicts out to where that walk began (seen on a cluster)."""
+def _plain(sel):
+    """A range end as FoundationDB's reads it: a selector with offset 1 (the first key at
+    or after its key, or after it with ``or_equal``) is a plain key, found by no walk."""
+    if hasattr(sel, "or_equal") and sel.offset == 1:
+        key = to_key(sel.key)
+        return key + b"\x00" if sel.or_equal else key
+    return sel
+
+
+def _far_end(span, begin: bytes, end: bytes, asked: tuple, reverse: bool, limited: bool) -> tuple[bytes, bytes]:
+    """The read conflict range of a range read that scanned ``span`` (all of ``[begin,
+    end)`` unless its limit stopped it), as FoundationDB's (seen on a cluster), by how
+    its far end (a forward read's end, a reverse read's begin) was given:
+
+    * a key, or a selector walking away from the rows (forward from a forward read's
+      end): what it scanned, and the end's walk to its key when the read got there;
+    * a selector walking towards the rows: the whole range out to where that walk began,
+      whatever the limit."""
     sel = asked[0] if reverse else asked[1]
-    if not hasattr(sel, "or_equal") or (sel.offset >= 1) != reverse or (sel.offset == 1 and not sel.or_equal):
+    if not hasattr(sel, "or_equal"):  # (a plain key: see _plain)
         return span
     pivot = to_key(sel.key) + b"\x00" if sel.or_equal else to_key(sel.key)
-    return (min(begin, pivot), end) if reverse else (begin, max(end, pivot))
+    if reverse:
+        return (min(begin, pivot), end) if sel.offset >= 1 else span
+    if sel.offset <= 0:
+        return (begin, max(end, pivot))
+    return span if limited or end >= b"\xff" else (begin, end + b"\x00")
 
 
 class _Snapshot:

@@ -30,7 +30,7 @@ KEYS = [PREFIX.pack((i,)) for i in range(10)]
 TOP = PREFIX.pack((999,))  # the end of the ranges read and cleared: below the fences
 # Keys always there around KEYS, so that a selector a few keys off resolves inside the
 # prefix (other tests' keys lie around it on a shared cluster, none in a fresh store).
-FENCES = [PREFIX.pack((i,)) for i in (-2, -1, 1000, 1001, 1002)]
+FENCES = [PREFIX.pack((i,)) for i in (-3, -2, -1, 1000, 1001, 1002, 1003)]
 ATOMIC = ["add", "max", "min", "bit_and", "bit_or", "bit_xor", "byte_max", "byte_min",
           "append_if_fits", "compare_and_clear"]
 CASES = 600
