@@ -66,21 +66,64 @@ def commits_plain_sqlite(path: str, n: int) -> float:
     return n / elapsed
 
 
+@jobs.transactional
+def _put(tr, keys) -> None:
+    """One transaction setting each of ``keys`` to ``VALUE`` (100 bytes)."""
+    for key in keys:
+        tr.set(key, VALUE)
+
+
 def commits_engine(url: str, n: int) -> float:
     """Commits/s of the store of ``url`` (a ``sqlite:`` one: the embedded engine, WAL,
     synchronous=NORMAL, its default): one ``tr.set`` per transaction via ``transactional``."""
-    @jobs.transactional
-    def put(tr, key):
-        tr.set(key, VALUE)
-
     root = fdb_tuple.pack(prefixes.ROOT)  # b"" unless a scratch run's
     keys = [root + KEY.format(i).encode() for i in range(n)]
     with store.opened(url) as db:
         start = time.perf_counter()
         for key in keys:
-            put(db, key)
+            _put(db, [key])
         elapsed = time.perf_counter() - start
     return n / elapsed
+
+
+def commit_loop(url: str, writes: int, secs: float, tag: str, barrier, results) -> None:
+    """One process of :func:`commit_rate`: transactions of ``writes`` new keys each, one
+    after another, for ``secs`` s from the barrier; reports (commits, start, end)."""
+    root = fdb_tuple.pack(prefixes.ROOT)
+    with store.opened(url) as db:
+        _put(db, [root + f"bench/{tag}/warm".encode()])  # connected before the clock starts
+        barrier.wait()
+        start = time.monotonic()
+        deadline, done = start + secs, 0
+        while time.monotonic() < deadline:
+            _put(db, [root + f"bench/{tag}/{done:09d}/{j:02d}".encode() for j in range(writes)])
+            done += 1
+        results.put((done, start, time.monotonic()))
+
+
+def commit_rate(url: str, writes: int = 1, procs: int = 1, secs: float = 5.0) -> dict:
+    """Raw commit rate of the store of ``url`` from ``procs`` OS processes, each a serial
+    loop of transactions (one at a time) writing ``writes`` new 100-byte values, for
+    ``secs`` s: commits/s and keys/s over all of them, from the first start to the last end
+    (process start-up and connecting excluded).  The keys stay: a fresh store (or a
+    scratch root, cleared after) for each call."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(procs + 1), ctx.Queue()
+    tag = f"w{writes}-p{procs}-{os.getpid()}-{time.monotonic_ns()}"
+    ps = [ctx.Process(target=commit_loop, args=(url, writes, secs, f"{tag}-{i}", barrier, results))
+          for i in range(procs)]
+    for p in ps:
+        p.start()
+    barrier.wait(timeout=120)
+    reports = [results.get(timeout=secs + 120) for _ in ps]
+    for p in ps:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a commit loop failed with exit code {p.exitcode}")
+    commits = sum(n for n, _s, _e in reports)
+    span = max(e for _n, _s, e in reports) - min(s for _n, s, _e in reports)
+    return {"writes": writes, "procs": procs, "commits": commits, "secs": span,
+            "commits_per_s": commits / span, "keys_per_s": commits * writes / span}
 
 
 # --- (b) end-to-end jobs/s ----------------------------------------------------------------

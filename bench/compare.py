@@ -42,9 +42,9 @@ from bench.lineup import (  # noqa: E402
     CLASSES,
     PEERS,
     QUEUE_WORKLOADS,
-    TITLES,
     WORKLOADS,
     size,
+    titles,
 )
 from bench.peers import env  # noqa: E402
 from bench.report import report_of  # noqa: E402
@@ -316,7 +316,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     data = {"command": command, "started": started, "wall_s": wall, "machine": info, "versions": versions,
             "args": {k: v for k, v in vars(args).items()}, "results": results, "limit": limit, "scale": scale,
-            "titles": TITLES}
+            "titles": titles(args.store)}
     data_path = os.path.join(args.out, "results.json")
     with open(data_path, "w") as f:
         json.dump(data, f, indent=1)

@@ -8,7 +8,7 @@ import importlib
 
 PEERS = ["ours", "ours_p1", "huey", "rq", "rq_simple", "celery", "procrastinate"]
 CLASSES = {name: importlib.import_module(f"bench.peers.{name}_peer").PEER for name in PEERS}
-TITLES = {name: cls.title for name, cls in CLASSES.items()}
+TITLES = {name: cls.title for name, cls in CLASSES.items()}  # (ours on fresh embedded store files)
 WORKLOADS = ["burndown", "steady", "sustained", "recovery", "scale", "limit"]
 QUEUE_WORKLOADS = ("burndown", "steady", "sustained", "recovery")  # run for every peer
 BARE_BATCH = 32  # jobs per transaction of the batched bare loop (the Processor's default prefetch)
@@ -17,3 +17,9 @@ BARE_BATCH = 32  # jobs per transaction of the batched bare loop (the Processor'
 def size(peer: str, jobs: int) -> int:
     """Jobs a workload of ``jobs`` gives ``peer`` (a slow peer has a cap)."""
     return min(jobs, CLASSES[peer].max_jobs or jobs)
+
+
+def titles(store: str | None = None) -> dict[str, str]:
+    """Each peer's row label in a run that gave ours the store ``store`` (None: none):
+    ours' rows name the store they ran on."""
+    return {name: cls.title_on(store) for name, cls in CLASSES.items()}

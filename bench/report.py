@@ -14,7 +14,13 @@ import os
 import statistics
 import sys
 
-from bench.lineup import BARE_BATCH, TITLES, size
+from bench.lineup import BARE_BATCH, TITLES, size, titles
+
+
+def _titles(args) -> dict[str, str]:
+    """The peers' row labels in the run of ``args``: ours' name the store it ran on."""
+    return titles(getattr(args, "store", None))
+
 
 def _med(values, fmt="{:,.0f}") -> str:
     if not values:
@@ -82,11 +88,12 @@ def _burndown_section(args, results) -> list[str]:
     out += _by_workers(args, lambda peer, w, n: _cells(results, peer, "burndown", "jobs_per_s",
                                                        {"workers": w, "jobs": n})[0])
     out += _from_launch_table(args, results)
-    extra = [f"{TITLES[r['peer']]} W = {r['params']['workers']}: {r['runs'] - r['jobs']}"
+    names = _titles(args)
+    extra = [f"{names[r['peer']]} W = {r['params']['workers']}: {r['runs'] - r['jobs']}"
              for r in _reruns(results, "burndown")]
     out += ["", "Jobs run more than once (handler starts beyond one per job): "
             + ("; ".join(extra) if extra else "none") + "."]
-    out += _rerun_warnings(results, "burndown")
+    out += _rerun_warnings(results, "burndown", names)
     out.append("")
     return out
 
@@ -97,7 +104,7 @@ def _by_workers(args, cell) -> list[str]:
            "|---|" + "---:|" * len(args.workers)]
     for peer in args.peers:
         n = size(peer, args.jobs)
-        title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
+        title = _titles(args)[peer] + (f" ({n:,} jobs: slow)" if n != args.jobs else "")
         out.append(f"| {title} | " + " | ".join(cell(peer, w, n) for w in args.workers) + " |")
     return out
 
@@ -117,13 +124,13 @@ def _from_launch_table(args, results) -> list[str]:
             "job's start; then the start-up, s (launch to the first job's start).", "", *_by_workers(args, cell)]
 
 
-def _rerun_warnings(results, workload: str) -> list[str]:
+def _rerun_warnings(results, workload: str, names: dict[str, str] = TITLES) -> list[str]:
     """What the workers of the runs that ran jobs twice logged as warnings (the harness's
-    ``log_warnings``), one block per run."""
+    ``log_warnings``), one block per run (``names``: the peers' row labels)."""
     out = []
     for r in _reruns(results, workload):
         said = r.get("log_warnings") or ["(no warning in the logs)"]
-        out += ["", f"Worker logs of {TITLES[r['peer']]} ({r['params']}):", "", "```", *said, "```"]
+        out += ["", f"Worker logs of {names[r['peer']]} ({r['params']}):", "", "```", *said, "```"]
     return out
 
 
@@ -146,7 +153,7 @@ def _steady_section(args, results) -> list[str]:
         if (rates and min(rates) < 0.95 * target) or (p50s and max(p50s) > 1000):
             rate += " *saturated*"
         cpu = _cells(results, peer, "steady", "worker_cpu_ms_per_job", m, fmt="{:,.2f}")[0]
-        out.append(f"| {TITLES[peer]} | {target:g} | {p50} | {p99} | {rate} | {cpu} |")
+        out.append(f"| {_titles(args)[peer]} | {target:g} | {p50} | {p99} | {rate} | {cpu} |")
     out.append("")
     return out
 
@@ -164,11 +171,12 @@ def _sustained_section(args, results) -> list[str]:
         cells = [_cells(results, peer, "sustained", k, fmt=f)[0] for k, f in
                  (("jobs_per_s", "{:,.0f}"), ("enqueue_per_s", "{:,.0f}"), ("p50_ms", "{:,.1f}"),
                   ("p99_ms", "{:,.1f}"), ("worker_cpu_ms_per_job", "{:,.2f}"))]
-        title = TITLES[peer] + (f" ({n:,} jobs: slow)" if n != args.sustained_jobs else "")
+        title = _titles(args)[peer] + (f" ({n:,} jobs: slow)" if n != args.sustained_jobs else "")
         out.append(f"| {title} | " + " | ".join(cells) + " |")
-    extra = [f"{TITLES[r['peer']]}: {r['runs'] - r['jobs']}" for r in _reruns(results, "sustained")]
+    names = _titles(args)
+    extra = [f"{names[r['peer']]}: {r['runs'] - r['jobs']}" for r in _reruns(results, "sustained")]
     out += ["", "Jobs run more than once: " + ("; ".join(extra) if extra else "none") + "."]
-    out += [*_rerun_warnings(results, "sustained"), ""]
+    out += [*_rerun_warnings(results, "sustained", names), ""]
     return out
 
 
@@ -187,7 +195,7 @@ def _recovery_section(args, results) -> list[str]:
         if ok and not vals:
             text = f"none within {args.cap:g} s" + (f"; {text}" if text else "")
         mech = next((r.get("mechanism") for r in rows if r.get("mechanism")), "") or "none"
-        out.append(f"| {TITLES[peer]} | {text} | {rec}/{len(rows)} | {mech} |")
+        out.append(f"| {_titles(args)[peer]} | {text} | {rec}/{len(rows)} | {mech} |")
     out.append("")
     return out
 
@@ -218,9 +226,11 @@ def _scale_section(scale: dict) -> list[str]:
 
 def _limit_section(args, results, limit: dict) -> list[str]:
     eng = statistics.median(limit["engine"])
+    elsewhere = (f" Measured on fresh embedded store files, not on `{args.store}` where the queue workloads ran "
+                 "(`python -m bench.fdb_section` measures a cluster's)." if getattr(args, "store", None) else "")
     out = ["## Limit (ours): the engine's raw commit rate", "",
            f"{limit['commits']:,} transactions of one write each, WAL, synchronous=NORMAL "
-           "(`bench/bench_engine.py`'s functions), in the same run.", "",
+           f"(`bench/bench_engine.py`'s functions), in the same run.{elsewhere}", "",
            "| measurement | value |", "|---|---:|",
            f"| plain SQLite, commits/s | {_med(limit['plain'])} |",
            f"| embedded engine, commits/s | {_med(limit['engine'])} |",
@@ -228,7 +238,7 @@ def _limit_section(args, results, limit: dict) -> list[str]:
            f"{_med(limit['bare'])} ({statistics.median(limit['bare']) / eng * 100:.0f} % of the commit rate) |",
            f"| the same loop with `accept_many({BARE_BATCH})` and one finish transaction per batch, jobs/s | "
            f"{_med(limit['batched'])} ({statistics.median(limit['batched']) / eng * 100:.0f} % of the commit rate) |"]
-    for w in args.workers:
+    for w in args.workers if not getattr(args, "store", None) else ():  # (burn-downs on another store: no ratio)
         _t, vals = _cells(results, "ours", "burndown", "jobs_per_s", {"workers": w})
         if vals:
             jps = statistics.median(vals)
@@ -246,7 +256,7 @@ def _setup_section(args, results) -> list[str]:
     out = ["## How each queue is set up", "", "| queue | settings | recovery mechanism |", "|---|---|---|"]
     for peer in args.peers:
         s = next((r for r in results if r["peer"] == peer and r.get("settings")), {})
-        out.append(f"| {TITLES[peer]} | {s.get('settings', '')} | {s.get('mechanism') or 'none'} |")
+        out.append(f"| {_titles(args)[peer]} | {s.get('settings', '')} | {s.get('mechanism') or 'none'} |")
     out += ["", "Servers: Redis with no persistence (`--save ''`, no AOF: not durable); PostgreSQL with "
             "`synchronous_commit=off` (like SQLite's synchronous=NORMAL: durable against process crashes, "
             "not power loss). Both on 127.0.0.1, started and stopped by the run.", ""]

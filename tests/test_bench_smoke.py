@@ -324,3 +324,126 @@ def test_soak_samples_what_the_worker_process_holds(tmp_path):
     assert all(s["rss_kb"] > 0 and s["threads"] >= 1 and s["fds"] > 0 and s["store_bytes"] > 0 for s in samples)
     assert 0 <= samples[-1]["jobs_left"] <= 300  # (counted once the workers stopped)
     assert all(s.get("heap_used_kb", 1) > 0 and s.get("heap_free_kb", 0) >= 0 for s in samples)  # (glibc only)
+
+
+def test_report_names_the_store_each_row_of_ours_ran_on():
+    """Rows of ours name the store the run gave it (an FDB cluster is not the embedded
+    engine); without one, the fresh embedded store files; the peers' rows are as they were."""
+    from bench import lineup
+
+    assert lineup.titles() == lineup.TITLES and lineup.titles()["ours"] == "ours (embedded engine)"
+    url = "fdb:/etc/foundationdb/fdb.cluster"
+    args = compare.parse_args(["--quick", "--peers", "ours,ours_p1,huey", "--workloads", "burndown,steady",
+                               "--store", url])
+    results = [
+        {"peer": "ours", "workload": "burndown", "params": {"jobs": 2000, "workers": 1}, "ok": True,
+         "jobs_per_s": 300.0, "runs": 2000, "jobs": 2000},
+        {"peer": "ours_p1", "workload": "steady", "params": {"rate": args.rates[0], "secs": args.secs, "workers": 4},
+         "ok": True, "p50_ms": 1.5, "p99_ms": 3.5, "rate": args.rates[0], "worker_cpu_ms_per_job": 1.25},
+        {"peer": "huey", "workload": "burndown", "params": {"jobs": 2000, "workers": 1}, "ok": True,
+         "jobs_per_s": 100.0, "runs": 2000, "jobs": 2000},
+    ]
+    md = report.report(args, compare.machine(ROOT), {}, results, None, None, "now", 60, "python -m bench.compare")
+    assert f"| ours (FoundationDB, {url}) | 300 |" in md
+    assert f"| ours, prefetch 1 (FoundationDB, {url}) | {args.rates[0]:g} | 1.5 | 3.5 |" in md
+    assert "embedded engine" not in md and "| Huey (SQLite) | 100 |" in md
+    assert lineup.titles("sqlite:/tmp/x.sqlite")["ours"] == "ours (embedded engine, sqlite:/tmp/x.sqlite)"
+
+
+def _fdb_section_data(burndown: float, burndown_p1: float, p50: float, p99: float) -> dict:
+    """A run of bench.fdb_section as fdb.json keeps it, with these figures."""
+    from bench import fdb_section
+
+    args = fdb_section.parse_args(["--store", "fdb:/x/fdb.cluster", "--quick"])
+    args.store = "fdb:/x/fdb.cluster"
+    h = fdb_section.harness_args(args)
+
+    def raw(writes, procs, commits_per_s):
+        return {"writes": writes, "procs": procs, "commits": 100, "secs": 1.0, "commits_per_s": commits_per_s,
+                "keys_per_s": commits_per_s * writes, "server_cpu": {"mean": 0.5, "busiest": 0.75}}
+
+    rounds = [[raw(1, 1, 545.0), raw(1, 4, 1600.0), raw(64, 1, 300.0), raw(64, 4, 500.0)],
+              [raw(1, 1, 545.0), raw(1, 4, 1690.0), raw(64, 1, 300.0), raw(64, 4, 546.0)]]
+    per_job = {"transactions": 0.05, "retries": 0.0, "point_reads": 2.1, "range_reads": 0.06, "keys_read": 4.7,
+               "bytes_read": 460.0, "read_conflicts": 3.1, "writes": 5.0, "bytes_written": 530.0,
+               "write_conflicts": 5.0}
+    counted = [{"prefetch": 64, "jobs": 640, "secs": 1.0, "per_job": per_job,
+                "stats": {"accept_batches": 10, "accepted": 640}},
+               {"prefetch": 1, "jobs": 640, "secs": 4.0, "per_job": {**per_job, "writes": 9.0},
+                "stats": {"accept_batches": 640, "accepted": 640}}]
+
+    def result(peer, workload, params, **figures):
+        return {"peer": peer, "workload": workload, "params": params, "ok": True, "run": 0, "runs": 1, "jobs": 1,
+                "server_cpu": {"mean": 0.5, "busiest": 0.9}, **figures}
+
+    steady = {"rate": 200.0, "secs": args.secs, "workers": 4}
+    results = [result("ours", "burndown", {"jobs": args.jobs, "workers": 4}, jobs_per_s=burndown,
+                      counters={"accept_batches": 80, "accepted": 5000, "accept_retries": 30, "accept_conflicts": 30}),
+               result("ours_p1", "burndown", {"jobs": args.jobs, "workers": 4}, jobs_per_s=burndown_p1),
+               result("ours", "steady", steady, p50_ms=p50, p99_ms=p99, rate=200.0),
+               {"peer": "ours_p1", "workload": "steady", "params": steady, "ok": False, "error": "hung: killed"}]
+    return {"command": "python -m bench.fdb_section --quick", "started": "now", "wall_s": 60.0,
+            "machine": compare.machine(ROOT), "cluster": "FoundationDB 7.3.79, 1 process", "server_pids": [1],
+            "args": vars(args), "harness_args": vars(h), "raw": rounds, "counted": counted, "results": results,
+            "errors": []}
+
+
+def test_fdb_section_renders_its_figures_and_issue_49s_targets():
+    """The section's write bound (64-write keys/s from 4 processes ÷ counted writes a job),
+    jobs per raw one-write commit (÷ the mean of the two rounds' 4-process rate), and each
+    target: held or not from the figures given (nothing here is timed)."""
+    from bench import fdb_section
+
+    data = _fdb_section_data(burndown=2357.0, burndown_p1=341.0, p50=11.6, p99=296.0)
+    md = fdb_section.section(data)
+    # (the mean of 500 and 546 commits of 64 writes: 33,472 keys/s; ÷ 5 writes a job)
+    assert "| 64 | 4 | 500; 546 | 32,000; 34,944 | 0.75; 0.75 |" in md
+    assert "= **6,694 jobs/s**" in md
+    assert "| ours (FoundationDB, fdb:/x/fdb.cluster) | burn-down, 1,000 jobs | 2,357 | 1.43 | – | – | 0.90 |" in md
+    assert "| ours, prefetch 1 (FoundationDB, fdb:/x/fdb.cluster) | steady at 200 jobs/s | failed: hung" in md
+    assert "80 accept transactions took jobs (62.5 jobs each), 30 attempts retried (30 on conflicts)" in md
+    assert "| 2,357 jobs/s = 35% of 6,694 (33,472 keys/s ÷ 5.00 writes a job) | no |" in md
+    assert "| 341 ÷ 1,645 = 0.21 | no |" in md
+    assert "p50 ≤ 5 ms | 11.6 ms | no |" in md and "p99 ≤ 30 ms | 296.0 ms | no |" in md
+    assert "embedded engine" not in md and "### Burn-down" in md
+
+    held = fdb_section.section(_fdb_section_data(burndown=5100.0, burndown_p1=900.0, p50=4.0, p99=30.0))
+    assert "| 5,100 jobs/s = 76% of 6,694" in held and "| 900 ÷ 1,645 = 0.55 | yes |" in held
+    assert "p50 ≤ 5 ms | 4.0 ms | yes |" in held and "p99 ≤ 30 ms | 30.0 ms | yes |" in held
+    assert held.count("| yes |") == 4
+
+    behind = _fdb_section_data(burndown=2357.0, burndown_p1=341.0, p50=11.6, p99=296.0)
+    behind["results"][2]["rate"] = 137.0  # (a producer that fell behind its 200 jobs/s)
+    md = fdb_section.section(behind)
+    assert "| steady at 200 jobs/s | 137 (producer behind) |" in md
+    assert "| 11.6 ms (the producer reached 137 jobs/s only) | no |" in md
+
+    data["results"] = [r for r in data["results"] if r["peer"] != "ours_p1"]
+    rows = {target: held for target, _measured, held in fdb_section.targets(fdb_section.figures(data))}
+    assert [held for target, held in rows.items() if "prefetch=1" in target] == [None]
+
+
+def test_fdb_section_runs_through_on_an_embedded_store(tmp_path):
+    """``python -m bench.fdb_section`` end to end, small, on a store file (it takes any
+    store; the section is meant for a cluster): raw commit loops of 1 and 4 processes, the
+    counted drains, a burn-down through the harness, FDB.md and fdb.json written."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "JOBS_STORE"}
+    p = subprocess.run([sys.executable, "-m", "bench.fdb_section", "--store", f"sqlite:{tmp_path / 'store.sqlite'}",
+                        "--peers", "ours", "--workloads", "burndown", "--jobs", "40", "--commit-secs", "0.2",
+                        "--count-jobs", "20", "--out", str(out)], cwd=ROOT, env={**env, "PYTHONPATH": ROOT},
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads((out / "fdb.json").read_text())
+    assert len(data["raw"]) == 2 and data["errors"] == []
+    for rnd in data["raw"]:
+        assert [(r["writes"], r["procs"]) for r in rnd] == [(1, 1), (1, 4), (64, 1), (64, 4)]
+        assert all(r["commits"] > 0 and r["keys_per_s"] == pytest.approx(r["commits_per_s"] * r["writes"])
+                   for r in rnd)
+    assert [c["prefetch"] for c in data["counted"]] == [64, 1]
+    assert all(c["per_job"]["writes"] > 0 and c["stats"]["accepted"] == 20 for c in data["counted"])
+    [burn] = data["results"]
+    assert burn["ok"] and burn["peer"] == "ours" and burn["runs"] >= 40
+    md = (out / "FDB.md").read_text()
+    assert "## Raw commit rates" in md and "## Targets (issue 49)" in md and "write bound" in md
+    assert "| ours (embedded engine, sqlite:" in md and "(jobs each)" in md

@@ -43,6 +43,12 @@ class Peer:
     def __init__(self, ctx: Ctx):
         self.ctx = ctx
 
+    @classmethod
+    def title_on(cls, store: str | None) -> str:
+        """The row label when the run gave ours the store ``store`` (None: none, each run
+        a fresh embedded store file).  The peers run on their own servers whatever it is."""
+        return cls.title
+
     # --- lifecycle ---------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:

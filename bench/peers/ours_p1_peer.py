@@ -16,6 +16,7 @@ def __getattr__(name):  # `jobs worker bench.peers.ours_p1_peer:processor`
 
 class OursPrefetch1Peer(OursPeer):
     name = "ours_p1"
+    label = "ours, prefetch 1"
     title = "ours, prefetch 1 (embedded engine)"
     module = "bench.peers.ours_p1_peer"
     skip = ("recovery",)

@@ -76,8 +76,18 @@ def _compile_sources() -> None:
         compileall.compile_dir(os.path.join(root, package), quiet=1)
 
 
+def store_name(url: str | None) -> str:
+    """What a row of ours ran on, for its label: the engine, and the store's URL when the
+    run was given one (``bench.compare --store URL``)."""
+    if url is None:
+        return "embedded engine"
+    engine = "FoundationDB" if url.partition(":")[0] == "fdb" else "embedded engine"
+    return f"{engine}, {url}"
+
+
 class OursPeer(Peer):
     name = "ours"
+    label = "ours"  # (the title without its store)
     title = "ours (embedded engine)"
     venv = "ours"
     packages = ("fdb-jobs",)
@@ -87,6 +97,10 @@ class OursPeer(Peer):
                 f"type timeout {TIMEOUT:g} s")
     recovery = (f"activity monitor re-enqueues a job not updated for one type timeout ({TIMEOUT:g} s); "
                 "a dedicated `jobs monitor` process runs")
+
+    @classmethod
+    def title_on(cls, store: str | None) -> str:
+        return f"{cls.label} ({store_name(store)})"
 
     @property
     def url(self):
