@@ -37,6 +37,12 @@ log = logging.getLogger("jobs")
 # limit: the rest for keys, counts and what a caller writes beside, e.g. its outcomes).
 ROWS_BYTES = TRANSACTION_SIZE_LIMIT // 2
 
+# The longest back-off between two attempts of an accept, in ms (FoundationDB's client
+# doubles it from 10 ms after each conflict, up to a second): a conflict of an accept means
+# another worker took a job it picked, and the next attempt picks another, so a worker
+# that lost several picks in a row need not sleep most of a second before its next.
+ACCEPT_MAX_RETRY_DELAY_MS = 40
+
 # A watch that failed with a retryable error: pause this long before reading again, so a
 # persistent failure does not turn the wait into a busy loop.
 WATCH_ERROR_PAUSE = 0.05
@@ -201,6 +207,7 @@ class AcceptCall:
     def _body(self, tr, also=None):
         # (the finishes ``also`` writes and this accept count in one tally: a job finished
         # and one taken leave the running count as it was, and nothing is written for it)
+        tr.options.set_max_retry_delay(ACCEPT_MAX_RETRY_DELAY_MS)  # (kept across on_error: set at each attempt)
         with counts.sharing(tr) as tally:
             return self._take(tr, also, tally)
 
@@ -212,6 +219,7 @@ class AcceptCall:
         store = store_ids.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
         limits_record = limits.read(tr, self.type)  # with a conflict too: a change makes it retry
+        keyed = fairness.probe(tr, self.type)
         if also is not None:  # (after the reads above are asked for: they go out with its own)
             also(tr)
         mine = self._already_mine(tr)
@@ -226,7 +234,7 @@ class AcceptCall:
         room = admission.room(self.limit)
         if not room:  # the type's running or rate limit is reached
             return self._nothing(tr, also, None, admission.due)
-        turns = fairness.turns_for(tr, self.type, admission, 0.0 if self.no_schedule else max_stime, now)
+        turns = fairness.turns_for(tr, self.type, admission, 0.0 if self.no_schedule else max_stime, now, keyed)
         if turns is not None:
             picked = [entry for entry, _key in turns.pick(room)]
         else:

@@ -37,7 +37,7 @@ import time
 
 from . import keys, pending
 from .codec import pack_int, pack_str
-from .engine import strinc, value_of
+from .engine import KeySelector, strinc, value_of
 from .engine import tuple as fdb_tuple
 
 TURNS, ASLEEP, FULL = 0, 1, 2  # the parts of ``keys/Type``
@@ -77,10 +77,21 @@ def _snapshot_first(tr, begin: bytes, end: bytes, limit: int) -> list[bytes]:
     return [bytes(k) for k, _v in tr.snapshot.get_range(begin, end, limit=limit)]
 
 
-def turns_for(tr, type: str, admission, max_stime: float, now: float) -> Turns | None:
+def probe(tr, type: str):
+    """A future of the first fairness key of ``type`` at or after its prefix (a snapshot
+    read), for :func:`turns_for`: asked for with an accept's first reads, it answers with
+    them, so that the commonest case (no key has pending jobs) costs no round trip of its
+    own on a cluster."""
+    return tr.snapshot.get_key(KeySelector.first_greater_or_equal(keys.keys_prefix(type)))
+
+
+def turns_for(tr, type: str, admission, max_stime: float, now: float, first=None) -> Turns | None:
     """The :class:`Turns` of an accept attempt, None when no key of ``type`` has pending
-    jobs (one snapshot read, whose entries the first pick uses)."""
+    jobs (one snapshot read, whose entries the first pick uses; none when ``first``, the
+    attempt's :func:`probe`, found no key)."""
     prefix = keys.keys_prefix(type)
+    if first is not None and not bytes(first.wait()).startswith(prefix):
+        return None
     head = _snapshot_first(tr, prefix, strinc(prefix), HEAD)
     return Turns(tr, type, admission, max_stime, now, head) if head else None
 

@@ -233,9 +233,10 @@ class Acceptor:
 
     def _pass_turn(self, call: AcceptCall) -> None:
         """(After a conflict of an attempt made holding the turn.)  Give the turn to
-        another idle processor, which watches: this one backs off before its next attempt,
-        up to a second after several conflicts in a row, and meanwhile the machine's new
-        jobs would wait for a look once a slice.  Its next attempts look without a watch."""
+        another idle processor, which watches: this one backs off before its next attempt
+        (up to ``accepting.ACCEPT_MAX_RETRY_DELAY_MS`` after several conflicts in a row),
+        and meanwhile the machine's new jobs would wait for a look once a slice.  Its next
+        attempts look without a watch."""
         if self._turn.release():
             call.watching = False
 

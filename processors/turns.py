@@ -12,7 +12,7 @@ that at most), and wait for the turn (a thread blocked on the lock).  The holder
 the turn up as soon as it takes jobs (unless it will have run them within a couple of
 milliseconds: it keeps the turn through them, given up by its waiting thread if they run
 longer), or as soon as its accept conflicts (another worker
-took a job it picked: it backs off before it looks again, up to a second after several
+took a job it picked: it backs off before it looks again, up to 40 ms after several
 conflicts in a row); the kernel then hands the lock to one waiter, which looks at the
 queue (taking what came meanwhile) and watches.  A holder that dies loses the lock with
 its process.

@@ -188,3 +188,23 @@ def test_a_submitted_task_keeps_its_key_across_retries(db):
     with pytest.raises(ValueError, match="key must not be empty"):
         p.submit("keyed", {}, key="")
     assert wait_until(lambda: jobs.get_job(db, "keyed", future.job_id).key == "tenant-7")
+
+
+def test_an_accept_with_no_keyed_jobs_reads_no_rotation(db):
+    """Whether any key has pending jobs is asked with the accept's first reads (a
+    selector, answered with them): with none, the accept makes no range read of the
+    rotation, a round trip less on a cluster; with keyed jobs it reads the rotation."""
+    from jobs import keys
+    from jobs.engine.counting import CountingDatabase
+
+    counted = CountingDatabase(db)
+    rotation = keys.keys_prefix(T)
+
+    def rotation_reads() -> int:
+        return sum(1 for tally in counted.take() for begin, _end, _rows in tally.range_reads
+                   if begin.startswith(rotation))
+
+    add_many(db, 2, "u", None)
+    assert run_one(counted) is not None and rotation_reads() == 0
+    add_many(db, 2, "k", "tenant-a")
+    assert run_one(counted) is not None and rotation_reads() >= 1

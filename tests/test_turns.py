@@ -400,3 +400,31 @@ def test_a_forked_child_does_not_keep_a_dead_holders_turn(path):
         os.kill(child, signal.SIGKILL)  # (a grandchild: not ours to reap)
         os.close(r)
         os.close(w)
+
+
+def test_an_accept_that_keeps_conflicting_backs_off_a_bounded_time(monkeypatch):
+    """A conflict of an accept means another worker took a job it picked: the next
+    attempt picks again, after a back-off that grows as FoundationDB's client's does but
+    stops at ``ACCEPT_MAX_RETRY_DELAY_MS`` (the client's own grows to a second, which on a
+    cluster became the start latency of the jobs waiting meanwhile)."""
+    import jobs.engine.transaction as transaction
+    from jobs import accepting
+    from jobs.engine.errors import NOT_COMMITTED, FDBError
+
+    db = jobs.open("memory:")
+    jobs.set_type_timeout(db, "t", 10)
+    jobs.add(db, "t", "j1")
+    take, attempts, slept = accepting.AcceptCall._take, [], []
+
+    def conflicting(self, tr, also, tally):
+        attempts.append(1)
+        if len(attempts) <= 9:
+            raise FDBError(NOT_COMMITTED)
+        return take(self, tr, also, tally)
+
+    monkeypatch.setattr(accepting.AcceptCall, "_take", conflicting)
+    monkeypatch.setattr(transaction.time, "sleep", slept.append)
+    job = jobs.accept(db, "t", timeout=0)
+    assert job is not None and job.id == "j1" and len(attempts) == 10
+    assert len(slept) == 9 and max(slept) <= accepting.ACCEPT_MAX_RETRY_DELAY_MS / 1000 <= 0.1
+    db.close()

@@ -24,6 +24,7 @@ _CLEARED = (_CLEAR, None)  # a key inside a range this transaction cleared
 _MISSING = object()  # not in the read cache
 
 
+_FIRST_KEY = "SELECT k FROM kv WHERE k >= ? AND k < ? ORDER BY k LIMIT 1"  # a key selector's, at offset 1
 # The stored rows of a range, forward or reversed, at most LIMIT (-1: all).
 _RANGE = {reverse: f"SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k {'DESC' if reverse else 'ASC'} LIMIT ?"
           for reverse in (False, True)}
@@ -298,6 +299,13 @@ class TransactionRead:
             return to_key(sel)
         key, or_equal, offset = to_key(sel.key), sel.or_equal, sel.offset
         pivot = key + b"\x00" if or_equal else key
+        if offset == 1 and bound is None and not (self._writes or self._cleared or self._unreadable):
+            # (the store's first key from the pivot, in one statement: a probe of an accept's)
+            row = self._read_conn().execute(_FIRST_KEY, (pivot, b"\xff")).fetchone()
+            found = b"\xff" if row is None else row[0]
+            if not snapshot:
+                self._reads.append((pivot, found + b"\x00" if row is not None else found))
+            return found
         if offset >= 1:  # the offset-th key at or after the pivot (and before ``bound``)
             stop = b"\xff" if bound is None else bound
             unreadable = min((b for b, e in self._unreadable if e > pivot), default=None) if self._unreadable else None
