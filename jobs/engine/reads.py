@@ -297,8 +297,7 @@ class TransactionRead:
         nothing past its other end is read."""
         if not isinstance(sel, KeySelector) and not hasattr(sel, "or_equal"):
             return to_key(sel)
-        key, or_equal, offset = to_key(sel.key), sel.or_equal, sel.offset
-        pivot = key + b"\x00" if or_equal else key
+        pivot, offset = _pivot(sel), sel.offset
         if offset == 1 and bound is None and not (self._writes or self._cleared or self._unreadable):
             # (the store's first key from the pivot, in one statement: a probe of an accept's)
             row = self._read_conn().execute(_FIRST_KEY, (pivot, b"\xff")).fetchone()
@@ -355,13 +354,13 @@ class TransactionRead:
         asked = begin, end = _plain(begin), _plain(end)
         # (the far end's walk, the end of a forward read, conflicts only as the range does:
         # where the read stops, or further, see _far_end)
-        if not hasattr(begin, "or_equal"):  # (a key: the end's walk back stops there)
-            begin = to_key(begin)
-            end = self._resolve(end, snapshot or not reverse, True, floor=begin)
-        else:  # (a begin walking on lies past its pivot: the end's walk back stops there too)
-            floor = (to_key(begin.key) + b"\x00" if begin.or_equal else to_key(begin.key)) if begin.offset >= 1 else b""
-            end = self._resolve(end, snapshot or not reverse, True, floor=floor)
-            begin = self._resolve(begin, snapshot or reverse, True, end)
+        # the end's walk back stops at a begin given as a key, or walking on (past its pivot)
+        if not hasattr(begin, "or_equal"):
+            floor = begin = to_key(begin)
+        else:
+            floor = _pivot(begin) if begin.offset >= 1 else b""
+        end = self._resolve(end, snapshot or not reverse, True, floor=floor)
+        begin = self._resolve(begin, snapshot or reverse, True, end)
         if end > b"\xff":
             raise FDBError(E.KEY_OUTSIDE_LEGAL_RANGE)
         limit = limit or 0
@@ -425,13 +424,16 @@ class TransactionRead:
         return self.get_range(prefix, strinc_or_end(prefix), *args, **kwargs)
 
 
+def _pivot(sel) -> bytes:
+    """Where a selector's walk starts: its key, or the key just after it with ``or_equal``."""
+    key = to_key(sel.key)
+    return key + b"\x00" if sel.or_equal else key
+
+
 def _plain(sel):
     """A range end as FoundationDB's reads it: a selector with offset 1 (the first key at
-    or after its key, or after it with ``or_equal``) is a plain key, found by no walk."""
-    if hasattr(sel, "or_equal") and sel.offset == 1:
-        key = to_key(sel.key)
-        return key + b"\x00" if sel.or_equal else key
-    return sel
+    or after its pivot) is a plain key, found by no walk."""
+    return _pivot(sel) if hasattr(sel, "or_equal") and sel.offset == 1 else sel
 
 
 def _far_end(span, begin: bytes, end: bytes, asked: tuple, reverse: bool, limited: bool) -> tuple[bytes, bytes]:
@@ -446,7 +448,7 @@ def _far_end(span, begin: bytes, end: bytes, asked: tuple, reverse: bool, limite
     sel = asked[0] if reverse else asked[1]
     if not hasattr(sel, "or_equal"):  # (a plain key: see _plain)
         return span
-    pivot = to_key(sel.key) + b"\x00" if sel.or_equal else to_key(sel.key)
+    pivot = _pivot(sel)
     if reverse:
         return (min(begin, pivot), end) if sel.offset >= 1 else span
     if sel.offset <= 0:
