@@ -11,7 +11,7 @@ by itself and in batches as the ``Processor`` runs them:
 * the two mixed as most deployments run them: an application adding jobs one per
   transaction, a ``Processor`` taking and finishing them in batches;
 
-and ``jobs status`` gathers.  From the counts per job and FoundationDB's published limits
+and ``jobsctl status`` gathers.  From the counts per job and FoundationDB's published limits
 (``bench/capacity_model.py``) it writes the jobs/s one type reaches on clusters of
 ``--processes`` and which limit (and which key) binds first::
 

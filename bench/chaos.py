@@ -56,7 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--dir", help="where the logs (and the default store) go (default: a temporary directory)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-monitor", dest="monitor", action="store_false",
-                   help="no dedicated `jobs monitor` process: only the workers' own monitors, which "
+                   help="no dedicated `jobsctl monitor` process: only the workers' own monitors, which "
                         "restart with every killed worker and need one type timeout of uptime to act")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p.parse_args(argv)

@@ -208,8 +208,8 @@ def _scale_section(scale: dict) -> list[str]:
     out = ["## Scale (ours): one operation with many jobs pending", ""]
     if scale.get("ok"):
         out += [f"{scale['ops']} `add` (one per transaction), then {scale['ops']} `accept` + `finish`, at each "
-                "size, then one status gather (`jobs status`, `/status`: from the counters) and one exact "
-                "gather (`jobs status --exact`: every key counted); the store is preloaded in 5,000-job "
+                "size, then one status gather (`jobsctl status`, `/status`: from the counters) and one exact "
+                "gather (`jobsctl status --exact`: every key counted); the store is preloaded in 5,000-job "
                 "transactions.", "",
                 "| jobs pending | add, µs | accept + finish, µs | status gather, s | exact gather, s | preload, s |",
                 "|---:|---:|---:|---:|---:|---:|"]

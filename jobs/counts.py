@@ -1,5 +1,5 @@
 """Exact counts of each type's jobs, kept by the transactions that change them, so that
-``jobs status`` costs the same at a thousand jobs as at a million (couch_jobs counts
+``jobsctl status`` costs the same at a thousand jobs as at a million (couch_jobs counts
 pending jobs by reading the queue: linear in jobs)::
 
     ("jobs", "counts", Type, "running" | "finished" | "failed", Shard)

@@ -151,7 +151,7 @@ def next_due(tr, type: str) -> float | None:
 
 def counts(tr, type: str) -> dict[str, int]:
     """How many keys are in each place (snapshot reads in one transaction: for tests and
-    small stores; ``jobs status`` counts the same ranges in pages)."""
+    small stores; ``jobsctl status`` counts the same ranges in pages)."""
     out = {}
     for name, part in PLACES.items():
         prefix = keys.keys_prefix(type, part)

@@ -57,7 +57,7 @@ def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | 
 
 def queued_now() -> bytes:
     """A pending entry's value: when the job was enqueued (wall clock of the enqueuing
-    machine, for people: ``jobs status`` shows how long due jobs have waited; nothing
+    machine, for people: ``jobsctl status`` shows how long due jobs have waited; nothing
     decides on it)."""
     return _QUEUED_AT.pack(time.time())
 

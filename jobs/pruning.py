@@ -1,7 +1,7 @@
 """Pruning finished jobs kept longer than their type's retention (``retention.py``),
 oldest first, from the index of finished jobs (``finished.py``): one bounded batch per
 transaction (:func:`prune_batch`, what the activity monitor runs), or all of it by hand
-(:func:`prune`, ``jobs prune``).  Removing a job clears every key of it (the creator's
+(:func:`prune`, ``jobsctl prune``).  Removing a job clears every key of it (the creator's
 ``remove_row``), so a pruned job is gone as if ``remove`` had removed it.
 """
 

@@ -1,4 +1,4 @@
-"""Throughput and start latency per type, per minute, for people (``jobs status``,
+"""Throughput and start latency per type, per minute, for people (``jobsctl status``,
 ``/metrics``, the dashboard): cheap to keep and to read whatever the number of jobs.
 
     ("jobs", "rates", Type, Minute, Bucket, Shard) = three 8-byte little-endian counters:

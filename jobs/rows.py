@@ -46,7 +46,7 @@ def _incomplete(user_version: int) -> Versionstamp:
 
 
 UNREADABLE = object()  # what ``decode`` returns, given ``unreadable``, for a row it cannot read
-REMEDY = "jobs.remove_unreadable, or 'jobs remove --unreadable', removes such a job"
+REMEDY = "jobs.remove_unreadable, or 'jobsctl remove --unreadable', removes such a job"
 
 
 def get(tr, type: str, job_id: str, unreadable: list | None = None):

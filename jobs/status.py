@@ -1,4 +1,4 @@
-"""What ``jobs status`` reports, read from the job layer's indexes rather than by decoding
+"""What ``jobsctl status`` reports, read from the job layer's indexes rather than by decoding
 every job row (see ``keys.py`` for the layout):
 
 * counts per type, from the counters every change keeps (``counts.py``): ``pending``,

@@ -1,4 +1,4 @@
-"""``jobs status``'s range reads: the ranges it counts key by key, in pages, and what their
+"""``jobsctl status``'s range reads: the ranges it counts key by key, in pages, and what their
 entries tell besides their counts (``status.py`` composes them).
 
 Counted key by key: the places of a type's job keys in the rotation (``keys:PLACE``)

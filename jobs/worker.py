@@ -109,7 +109,7 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
     A job flagged for resubmission becomes pending again at its scheduled time (a new run:
     its lost-worker count starts over).  ``failed``: the run failed for good (True, or a
     one-line reason); unless it is made pending again, the job is indexed as failed
-    (counted by ``jobs status``, listed by ``jobs list --failed``) until it is re-added,
+    (counted by ``jobsctl status``, listed by ``jobsctl list --failed``) until it is re-added,
     resubmitted or removed.  Raises
     Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
     for a Job of another store, JobDataError for bad data.  Finishing again with the same

@@ -1,5 +1,5 @@
 """The workers registry (``("jobs", "workers", WorkerId)``): the processors serving a store,
-for people (``jobs workers``, ``jobs status``, ``/status``, ``/metrics``).
+for people (``jobsctl workers``, ``jobsctl status``, ``/status``, ``/metrics``).
 
 A processor :func:`register`\\ s as it starts, under a worker id new for each run, and
 rewrites its record at each :func:`heartbeat` (a blind write of one small value: nothing is

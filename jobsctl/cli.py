@@ -6,7 +6,7 @@ activity monitor, serve the status over HTTP.
 The store is ``--store URL``, else ``$JOBS_STORE``, else the default file (see
 ``jobs.engine.urls``).  Output is aligned text for people; ``--json`` (before or after the
 command) prints one JSON document on stdout instead.  Errors print one line,
-``jobs: error: ...``, on stderr: exit status 2 for usage errors (argparse's), 1 for
+``jobsctl: error: ...``, on stderr: exit status 2 for usage errors (argparse's), 1 for
 everything else (unknown job, bad JSON, a store that cannot be opened).
 """
 
@@ -76,7 +76,7 @@ def _add_job_commands(command) -> None:
                    help="its priority band: due jobs of a lower priority run first (default 0; negatives allowed)")
     p.add_argument("--key", metavar="KEY",
                    help="its job key (a tenant, say): each key's jobs wait in their own queue and the keys take "
-                        "turns, under the type's per-key limits ('jobs set-limits'; default: no key)")
+                        "turns, under the type's per-key limits ('jobsctl set-limits'; default: no key)")
     p = command("remove", cmd_remove, "remove a job in any state (its worker gets Halt)")
     _job_arguments(p)
     p.add_argument("--unreadable", action="store_true",
@@ -154,8 +154,8 @@ def _add_service_commands(command) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="jobs", description="A job queue on FoundationDB (or its embedded SQLite engine).",
-        epilog="'jobs help COMMAND' or 'jobs COMMAND -h' describes a command.")
+        prog="jobsctl", description="A job queue on FoundationDB (or its embedded SQLite engine).",
+        epilog="'jobsctl help COMMAND' or 'jobs COMMAND -h' describes a command.")
     _common_options(parser, store=None, json=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = sub.choices
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(run=run)
         return p
 
-    # in this order in `jobs -h`
+    # in this order in `jobsctl -h`
     _add_job_commands(command)
     _add_type_commands(command)
     _add_retention_commands(command)
@@ -194,18 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         if doc is not None:  # help and serve-status print as they go
             print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if args.json else HUMAN[args.command](doc))
         for error in errors:
-            print(f"jobs: error: {error}", file=sys.stderr)
+            print(f"jobsctl: error: {error}", file=sys.stderr)
         return 1 if errors else 0
     except (jobs.JobsError, jobs.StoreOpenError, ValueError, TypeError) as exc:
-        print(f"jobs: error: {exc}", file=sys.stderr)
+        print(f"jobsctl: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `jobs list | head`: the reader left, nothing more to say
+    except BrokenPipeError:  # `jobsctl list | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as exc:  # serve-status: the address is in use, or not this machine's
-        print(f"jobs: error: {exc}", file=sys.stderr)
+        print(f"jobsctl: error: {exc}", file=sys.stderr)
         return 1
 
 

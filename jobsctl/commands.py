@@ -33,7 +33,7 @@ def cmd_add(args):
             return add_and_get(db, args.type, args.id, data, args.at, args.priority, args.key)
         except jobs.NoTypeTimeout as exc:
             raise jobs.NoTypeTimeout(
-                f"job type {args.type!r} has no timeout: run 'jobs set-timeout {args.type} SECONDS' first"
+                f"job type {args.type!r} has no timeout: run 'jobsctl set-timeout {args.type} SECONDS' first"
             ) from exc
 
 
@@ -52,7 +52,7 @@ def cmd_show(args):
 
 
 class Incomplete:
-    """A command's document, printed, then ``errors`` (each a ``jobs: error:`` line on
+    """A command's document, printed, then ``errors`` (each a ``jobsctl: error:`` line on
     stderr) and exit status 1: what could be done was, and what could not is said."""
 
     def __init__(self, doc, errors: list[str]):
@@ -70,7 +70,7 @@ def cmd_list(args):
 
 
 def failed_list(db, type: str | None) -> list[dict]:
-    """``jobs list --failed``: from the failed index, not by decoding every job."""
+    """``jobsctl list --failed``: from the failed index, not by decoding every job."""
     import processors  # (loaded by the commands that use it: every `jobs` call starts fast)
     types = [type] if type is not None else run_transaction(db, status_mod.job_types)
     return [{"failed": True, **vars(f)} for t in types for f in processors.failed_jobs(db, t)]
@@ -134,7 +134,7 @@ def cmd_status(args):
 
 
 def cmd_schedules(args):
-    """``jobs schedules``: the cron schedules; ``--clear TYPE`` drops one (a processor with
+    """``jobsctl schedules``: the cron schedules; ``--clear TYPE`` drops one (a processor with
     a cron handler for TYPE writes it again as it starts)."""
     with open_store(args, create=False) as db:
         if args.clear is not None:

@@ -1,6 +1,6 @@
 """The ``jobs`` commands of limits: ``set-limits`` and ``clear-limits`` (how many jobs of a
 type, and of each of its job keys, run at once and start per period) and ``limits`` (every
-type's).  ``jobs status`` shows how much of them is in use."""
+type's).  ``jobsctl status`` shows how much of them is in use."""
 
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ def add_commands(command) -> None:
     p.set_defaults(check=functools.partial(_some_limit, p))
     p = command("clear-limits", cmd_clear_limits, "remove every limit of TYPE")
     p.add_argument("type", metavar="TYPE")
-    command("limits", cmd_limits, "every type's limits ('jobs status' shows how much of them is in use)")
+    command("limits", cmd_limits, "every type's limits ('jobsctl status' shows how much of them is in use)")
 
 
 def _some_limit(parser, args) -> None:
     """A set-limits without any limit would clear them: a usage error, not a silent clear."""
     if all(getattr(args, name) is None for name in OPTIONS):
         parser.error("give at least one of --concurrency, --rate, --key-concurrency, --key-rate "
-                     f"(to remove every limit: 'jobs clear-limits {args.type}')")
+                     f"(to remove every limit: 'jobsctl clear-limits {args.type}')")
 
 
 def limits_doc(type: str, limits: jobs.Limits | None) -> dict:
@@ -82,7 +82,7 @@ def human_set(doc: dict) -> str:
 
 def human_limits(docs: list[dict]) -> str:
     if not docs:
-        return "(no limits: 'jobs set-limits TYPE ...' sets some)"
+        return "(no limits: 'jobsctl set-limits TYPE ...' sets some)"
     rows = [[d["type"], "-" if d["concurrency"] is None else d["concurrency"], _rate(d["rate"]),
              "-" if d["key_concurrency"] is None else d["key_concurrency"], _rate(d["key_rate"])] for d in docs]
     return table(["TYPE", "RUNNING", "RATE", "PER KEY RUNNING", "PER KEY RATE"], rows)

@@ -80,7 +80,7 @@ def indented(data) -> str:
 
 
 def human_run(doc: dict, now: float) -> list[list[str]]:
-    """``jobs show``'s lines on the run: when it was enqueued, started, last active and
+    """``jobsctl show``'s lines on the run: when it was enqueued, started, last active and
     finished (as far as known), worker, lost workers, failure, attempts, last error (with
     its traceback as text: in the data it is one escaped string)."""
     lines = [[name.replace("_", " "), when(at, now)] for name, at in doc.get("times", {}).items()]
@@ -128,7 +128,7 @@ def human_status(st: status_mod.Status) -> str:
         out.append("pending per priority (lower runs first): " + "; ".join(bands))
     paused = [[t.type, "-" if t.paused_since is None else when(t.paused_since, st.now)] for t in st.types if t.paused]
     if paused:
-        out.append("paused types: no worker takes their jobs ('jobs resume TYPE'):\n"
+        out.append("paused types: no worker takes their jobs ('jobsctl resume TYPE'):\n"
                    + table(["TYPE", "PAUSED SINCE"], paused))
     running = [[t.type, r.id, ago(r.last_activity)] for t in st.types for r in t.running_jobs]
     if running:
@@ -136,10 +136,10 @@ def human_status(st: status_mod.Status) -> str:
                    + table(["TYPE", "ID", "LAST ACTIVITY"], running))
     failures = [[t.type, f.id, when(f.at, st.now), f.reason or "-"] for t in st.types for f in t.recent_failures]
     if failures:
-        out.append("recent failures, per type ('jobs list --failed' lists them all):\n"
+        out.append("recent failures, per type ('jobsctl list --failed' lists them all):\n"
                    + table(["TYPE", "ID", "FAILED", "LAST ERROR"], failures))
     if st.schedules:
-        out.append("cron schedules ('jobs schedules' tells more):\n" + table(
+        out.append("cron schedules ('jobsctl schedules' tells more):\n" + table(
             ["TYPE", "CRON", "NEXT TICK"], [[s.type, f"{s.expression} ({s.tz})", tick(s.next, st.now)]
                                             for s in st.schedules]))
     out += controls(st) + live_workers(st)
@@ -166,11 +166,11 @@ def limits_used(t: status_mod.TypeStatus) -> str:
 
 
 def controls(st: status_mod.Status) -> list[str]:
-    """``jobs status``'s sections on limits and job keys (none when no type has any)."""
+    """``jobsctl status``'s sections on limits and job keys (none when no type has any)."""
     out = []
     limited = [printable(f"{t.type}: {limits_used(t)}") for t in st.types if t.limits is not None]
     if limited:
-        out.append("limits (only jobs started while a limit is set count against it; 'jobs limits' lists them):\n"
+        out.append("limits (only jobs started while a limit is set count against it; 'jobsctl limits' lists them):\n"
                    + "\n".join(limited))
     keyed = [printable(f"{t.type}: {k.turns} in turn, {k.asleep} asleep, {k.full} at their limit")
              for t in st.types if (k := t.keys).total]
@@ -196,12 +196,12 @@ def wait(seconds: float) -> str:
 
 
 def live_workers(st: status_mod.Status) -> list[str]:
-    """``jobs status``'s section on the live workers (none when there are none)."""
+    """``jobsctl status``'s section on the live workers (none when there are none)."""
     if not st.workers:
         return []
     rows = [[f"{w.host}/{w.pid}", ",".join(w.types), w.concurrency, w.held, f"{duration(st.now - w.heartbeat)} ago"]
             for w in st.workers]
-    return [f"live workers ({len(st.workers)}; 'jobs workers' tells more):\n"
+    return [f"live workers ({len(st.workers)}; 'jobsctl workers' tells more):\n"
             + table(["HOST/PID", "TYPES", "LANES", "HELD", "LAST HEARTBEAT"], rows)]
 
 
@@ -255,7 +255,7 @@ HUMAN = {
                             else human_schedules(d)),
     "migrate": lambda d: "\n".join([printable(f"{t}: {n} pending jobs moved into priority 0") for t, n in
                                      sorted(d["moved"].items())] or ["nothing to move"]),
-    "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobs resume {d['type']}'"),
+    "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobsctl resume {d['type']}'"),
     "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again"),
     "monitor": lambda d: printable(
         f"stopped; re-enqueued {d['reenqueued']} job(s)" + (f", pruned {d['pruned']}" if d["pruned"] else "")

@@ -1,4 +1,4 @@
-"""The ``jobs workers`` command: the live workers (``jobs.workers``), the processors
+"""The ``jobsctl workers`` command: the live workers (``jobs.workers``), the processors
 serving the store, with the types they handle, their lanes and the jobs they hold."""
 
 from __future__ import annotations

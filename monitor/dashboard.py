@@ -20,7 +20,7 @@ WORKER_HEADERS = ["host/pid", "types", "lanes", "jobs held", "started", "last he
 
 # The script renders the cells exactly as _seconds, _ago and dashboard_html below do.
 PAGE = string.Template("""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>jobs status</title>
+<html lang="en"><head><meta charset="utf-8"><title>jobsctl status</title>
 <style>
 body { font: 14px system-ui, sans-serif; margin: 1.5em; }
 table { border-collapse: collapse; margin-bottom: 1.5em; }
@@ -33,7 +33,7 @@ svg.minutes { background: #fafafa; vertical-align: middle; }
 svg.minutes .finished { fill: #3a7; } svg.minutes .failed { fill: #c33; }
 </style></head>
 <body>
-<h1>jobs status</h1>
+<h1>jobsctl status</h1>
 <p id="note">$note</p>
 <form id="auth"><label>Token for actions <input id="token" type="password" autocomplete="off" size="30"></label>
 <button type="submit">use</button> <span id="acted"></span></form>

@@ -1,4 +1,4 @@
-"""A job as people see it, the same in ``jobs show --json``, ``jobs list`` and the status
+"""A job as people see it, the same in ``jobsctl show --json``, ``jobsctl list`` and the status
 server's ``GET /api/jobs/{type}/{id}`` (the dashboard's drill-in): its ``JobInfo``
 fields, then what the store knows of its run and when things happened to it, the unknown
 left out."""

@@ -1,6 +1,6 @@
 """The status of a job store over HTTP, for people and for Prometheus (stdlib only):
 
-    /status   the JSON document of ``jobs.status.gather``, as ``jobs status --json`` prints it
+    /status   the JSON document of ``jobs.status.gather``, as ``jobsctl status --json`` prints it
     /metrics  the same counts as Prometheus gauges (text exposition format 0.0.4; ``metrics.py``)
     /         an HTML dashboard, rendered here and refreshed from /status every 2 s
     /healthz  ``ok`` when a read transaction on the store succeeds, else 503 and the error
@@ -71,7 +71,7 @@ class StatusServer:
         self.token = api.check_token(token)
         if self.token is None and not api.is_loopback(host):
             raise ValueError(f"refusing to serve on {host} without a token: anyone who can reach it could act "
-                             "on the store; give a token (jobs serve-status --token-file PATH) or serve on 127.0.0.1")
+                             "on the store; give a token (jobsctl serve-status --token-file PATH) or serve on 127.0.0.1")
         self.actions = api.JobActions(db) if actions is None else actions
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an int in 0..65535, not {port!r}")

@@ -12,7 +12,7 @@ before it was dropped or replaced has that long to finish reading it.  ``grace``
 Each run also forgets expired ingest worker registrations (``ingest.forget_expired_workers``),
 which would otherwise pile up as worker processes come and go.
 
-By hand: ``pipeline.collect_garbage(db, grace=...)``, or ``jobs gc [--grace SECONDS]``.
+By hand: ``pipeline.collect_garbage(db, grace=...)``, or ``jobsctl gc [--grace SECONDS]``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 provisioned operations, and a Processor that runs them.
 
     ops = pipeline.runtime.operations(db)            # start/cancel/wait operations
-    processor = pipeline.runtime.processor(db)       # `jobs worker pipeline.worker:processor`
+    processor = pipeline.runtime.processor(db)       # `jobsctl worker pipeline.worker:processor`
 
 Tables are named ``"database.table"``; an operation runs over the table's published
 partitions (ids ``"0"``, ``"1"``, ...).

@@ -1,7 +1,7 @@
 """Task behaviors (the Polaris seed): how a handler's outcome becomes the job's next state.
 
 The bookkeeping of a task lives in its job data, under one reserved key, so that it is
-visible to ``jobs show`` and survives the worker::
+visible to ``jobsctl show`` and survives the worker::
 
     {...params...,
      "_task": {"attempts": 2,                       # failed attempts of the current run

@@ -26,7 +26,7 @@ from .run import Run
 log = logging.getLogger("processors")
 
 BEATS_PER_TIMEOUT = 3  # heartbeats per type timeout: two may be late before the job is lost
-TIMEOUT_REFRESH = 10.0  # seconds between re-reads of the type timeouts (jobs set-timeout)
+TIMEOUT_REFRESH = 10.0  # seconds between re-reads of the type timeouts (jobsctl set-timeout)
 # Least time between two checks of the held jobs (a rate limit under load), and how long
 # a job is held before the checks look at it.
 LOST_CHECK = 0.05

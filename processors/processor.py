@@ -24,7 +24,7 @@ Shape of a running processor:
   halted, its handler cancelled or interrupted, nothing more written); the activity
   monitor for the registered types re-enqueues jobs of dead workers; and the processor's
   entry in the workers registry is renewed every ``worker_heartbeat`` seconds
-  (``registration.py``: ``jobs workers`` lists the live ones).
+  (``registration.py``: ``jobsctl workers`` lists the live ones).
 
 Each held job is a ``Run`` (``run.py``), whose state all of these change only through
 its transitions.
@@ -294,7 +294,7 @@ class Processor:
             timeout = jobs.get_type_timeout(self.db, type)
             if timeout is None:
                 raise jobs.NoTypeTimeout(
-                    f"type {type!r} has no timeout: pass timeout= to @processor.handler or run `jobs set-timeout`"
+                    f"type {type!r} has no timeout: pass timeout= to @processor.handler or run `jobsctl set-timeout`"
                 )
             self._beat_every[type] = timeout / BEATS_PER_TIMEOUT
 

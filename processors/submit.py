@@ -51,7 +51,7 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
     ``job_id``: the id to use (default: a random one); ``unique=True`` derives it from the
     params (:func:`task_id`).  With an explicit or unique id, a task of that id that is
     still pending or running is joined, not enqueued again; a finished one runs again with
-    the new params.  Raises NoTypeTimeout until some processor (or ``jobs set-timeout``)
+    the new params.  Raises NoTypeTimeout until some processor (or ``jobsctl set-timeout``)
     set the type's timeout; JobDataError for params that are not a JSON object."""
     if job_id is not None and unique:
         raise ValueError("submit() takes job_id or unique=True, not both")

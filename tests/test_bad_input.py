@@ -168,7 +168,7 @@ CONTROL = {"newline": "a\nb", "tab": "a\tb", "NUL": "a\x00b", "escape": "\x1b[31
 
 @pytest.mark.parametrize("value", CONTROL.values(), ids=CONTROL.keys())
 def test_names_with_control_characters_are_refused_when_written(db, value):
-    """Every text view (jobs list, show, status, logs) would break on them."""
+    """Every text view (jobsctl list, show, status, logs) would break on them."""
     before = store_snapshot(db)
     for what, call in [("job id", lambda: jobs.add(db, T, value)),
                        ("type", lambda: jobs.add(db, value, "j")),

@@ -1,6 +1,6 @@
 """The ``jobs`` console script: every command in-process (``jobsctl.cli.main``) on a store file
 in tmp_path, human and ``--json`` output, the store chosen by ``--store`` or
-``$JOBS_STORE``, bad input (one ``jobs: error:`` line, no traceback), and the installed
+``$JOBS_STORE``, bad input (one ``jobsctl: error:`` line, no traceback), and the installed
 script end to end, ``worker`` included."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from jobs.engine.urls import ENV_VAR
 from stored import add_unchecked, age_finished, age_trash, snapshot
 from waiting import DEADLINE, wait_until
 
-JOBS_SCRIPT = Path(sys.executable).parent / "jobs"
+JOBSCTL_SCRIPT = Path(sys.executable).parent / "jobsctl"
 
 
 @pytest.fixture(autouse=True)
@@ -211,8 +211,8 @@ def test_list_shows_the_jobs_it_can_read_and_names_the_others(capsys, url, db, a
     _three_states(db)
     db[keys.data_key("t", "p")] = b"not a row"
     code, out, err = run(capsys, "--store", url, "list", *(["--json"] if as_json else []))
-    assert code == 1 and err.splitlines() == ["jobs: error: the row of job t/p is corrupt: Unknown data type in DB: "
-                                              "b'not a row' (jobs.remove_unreadable, or 'jobs remove --unreadable', "
+    assert code == 1 and err.splitlines() == ["jobsctl: error: the row of job t/p is corrupt: Unknown data type in DB: "
+                                              "b'not a row' (jobs.remove_unreadable, or 'jobsctl remove --unreadable', "
                                               "removes such a job)"]
     ids = [d["id"] for d in orjson.loads(out)] if as_json else [line.split()[1] for line in out.splitlines()[1:]]
     assert ids == ["f", "r", "x"]
@@ -227,7 +227,7 @@ def test_remove(capsys, url, db):
     assert run_json(capsys, "--store", url, "remove", "t", "b") == {"removed": {"type": "t", "id": "b"}}
     assert jobs.get_jobs(db) == []
     code, _, err = run(capsys, "--store", url, "show", "t", "a")
-    assert code == 1 and err == "jobs: error: job t/a not found\n"
+    assert code == 1 and err == "jobsctl: error: job t/a not found\n"
 
 
 def test_remove_a_job_whose_row_cannot_be_read(capsys, url, db):
@@ -237,7 +237,7 @@ def test_remove_a_job_whose_row_cannot_be_read(capsys, url, db):
     for job_id in ("a", "b"):
         db[keys.data_key("t", job_id)] = b"not a row"
     code, _, err = run(capsys, "--store", url, "remove", "t", "a")
-    assert code == 1 and "the row of job t/a is corrupt" in err and "'jobs remove --unreadable'" in err
+    assert code == 1 and "the row of job t/a is corrupt" in err and "'jobsctl remove --unreadable'" in err
     code, out, _ = run(capsys, "--store", url, "remove", "--unreadable", "t", "a")
     assert code == 0 and out == ("removed t/a (its row could not be read; it had 1 queue entry, not running, "
                                  "not in the finished index)\n")
@@ -245,8 +245,8 @@ def test_remove_a_job_whose_row_cannot_be_read(capsys, url, db):
         "removed": {"type": "t", "id": "b"},
         "found": {"queue_entries": 1, "running": False, "slots": 0, "finished": None}}
     code, _, err = run(capsys, "--store", url, "remove", "--unreadable", "t", "c")
-    assert code == 1 and err == ("jobs: error: the row of job t/c can be read: remove it with jobs.remove "
-                             "('jobs remove' without --unreadable)\n")
+    assert code == 1 and err == ("jobsctl: error: the row of job t/c can be read: remove it with jobs.remove "
+                             "('jobsctl remove' without --unreadable)\n")
     assert [info.id for info in jobs.get_jobs(db)] == ["c"] and jobs.pending_count(db, "t") == 1
 
 
@@ -254,7 +254,7 @@ def test_gc_deletes_trash_older_than_the_grace_period(capsys, url, db, tmp_path)
     import pipeline
     from pipeline import collector
 
-    assert cli.GC_GRACE == collector.DEFAULT_GRACE  # `jobs gc` and the collector job agree
+    assert cli.GC_GRACE == collector.DEFAULT_GRACE  # `jobsctl gc` and the collector job agree
     pipeline.create_database(db, "sky", location=str(tmp_path / "data"))
     schema = [{"name": "id", "type": "bigint"}]
     old, young = (pipeline.create_table(db, "sky", name, schema) for name in ("old", "young"))
@@ -274,7 +274,7 @@ def test_gc_deletes_trash_older_than_the_grace_period(capsys, url, db, tmp_path)
         code, _, err = run(capsys, "--store", url, "gc", "--grace", bad)
         assert code == 2 and "--grace" in err
     code, _, err = run(capsys, "--store", "sqlite:" + str(tmp_path / "nosuch.sqlite"), "gc")
-    assert code == 1 and "jobs: error:" in err and not (tmp_path / "nosuch.sqlite").exists()
+    assert code == 1 and "jobsctl: error:" in err and not (tmp_path / "nosuch.sqlite").exists()
 
 
 def test_status(capsys, url, db, monkeypatch):
@@ -326,14 +326,14 @@ def test_pause_and_resume(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     jobs.add(db, "t", "a")
     code, out, _ = run(capsys, "--store", url, "pause", "t")
-    assert code == 0 and out.strip() == "paused t: no worker takes its jobs until 'jobs resume t'"
+    assert code == 0 and out.strip() == "paused t: no worker takes its jobs until 'jobsctl resume t'"
     assert jobs.is_paused(db, "t") and jobs.accept(db, "t", timeout=0) is None
     assert run_json(capsys, "--store", url, "pause", "later") == {"type": "later", "paused": True}  # no timeout yet
 
     doc = run_json(capsys, "--store", url, "status")
     assert [(t["type"], t["paused"]) for t in doc["types"]] == [("later", True), ("t", True)]
     code, out, _ = run(capsys, "--store", url, "status")
-    section = out.split("paused types: no worker takes their jobs ('jobs resume TYPE'):\n")[1].split("\n\n")[0]
+    section = out.split("paused types: no worker takes their jobs ('jobsctl resume TYPE'):\n")[1].split("\n\n")[0]
     head, *rows = section.splitlines()
     assert head.split() == ["TYPE", "PAUSED", "SINCE"] and [r.split()[0] for r in rows] == ["later", "t"]
     assert "ago)" in rows[1]
@@ -347,10 +347,10 @@ def test_pause_and_resume(capsys, url, db):
     code, _, err = run(capsys, "--store", url, "pause")
     assert code == 2 and "TYPE" in err
     code, _, err = run(capsys, "--store", url, "pause", "a\tb")
-    assert code == 1 and "jobs: error:" in err and "control character" in err
+    assert code == 1 and "jobsctl: error:" in err and "control character" in err
     nowhere = "sqlite:" + str(Path(url[len("sqlite:"):]).parent / "nosuch.sqlite")
     code, _, err = run(capsys, "--store", nowhere, "resume", "t")
-    assert code == 1 and "jobs: error:" in err and not Path(nowhere[len("sqlite:"):]).exists()
+    assert code == 1 and "jobsctl: error:" in err and not Path(nowhere[len("sqlite:"):]).exists()
 
 
 def test_status_counts_past_one_page(capsys, url, db, monkeypatch):
@@ -396,7 +396,7 @@ BAD = [
     (["add", "t", "a", "--data", '"text"'], 1, "must be a dict (a JSON object)"),
     (["add", "t", "a", "--at", "soon"], 2, "bad time 'soon'"),
     (["add", "t", "a", "--at", "-1e12"], 2, "bad time '-1e12': the time must be zero or more"),
-    (["add", "notype", "a"], 1, "run 'jobs set-timeout notype SECONDS' first"),
+    (["add", "notype", "a"], 1, "run 'jobsctl set-timeout notype SECONDS' first"),
     (["set-timeout", "t", "-1"], 1, "type timeout must be positive"),
     (["set-timeout", "t", "0"], 1, "type timeout must be positive"),
     (["set-timeout", "t", "abc"], 2, "invalid float value"),
@@ -407,7 +407,7 @@ BAD = [
     (["show", "t", ""], 1, "job id must not be empty"),
     (["status", "--limit", "-1"], 2, "expected an integer >= 0"),
     (["set-limits", "t"], 2, "give at least one of --concurrency, --rate, --key-concurrency, --key-rate (to remove "
-                             "every limit: 'jobs clear-limits t')"),
+                             "every limit: 'jobsctl clear-limits t')"),
     (["set-limits"], 2, "required: TYPE"),
     (["set-limits", "t", "--rate", "100"], 2, "argument --rate: bad rate '100': expected COUNT/SECONDS"),
     (["set-limits", "t", "--rate", "5/x"], 2, "bad rate '5/x': expected COUNT/SECONDS, such as 100/60"),
@@ -447,7 +447,7 @@ def test_bad_input(capsys, url, db, argv, code, message):
 
 @pytest.mark.parametrize("at", ["1e30", "253402300800", "9999-06-01T00:00:00", "+1e30s", "inf", "nan"])
 def test_add_refuses_a_time_no_date_can_show_and_writes_nothing(capsys, url, db, at):
-    """Such a job was written, then crashed ``jobs show`` and ``jobs list`` until removed."""
+    """Such a job was written, then crashed ``jobsctl show`` and ``jobsctl list`` until removed."""
     jobs.set_type_timeout(db, "t", 30)
     before = snapshot(db)
     code, out, err = run(capsys, "--store", url, "add", "t", "j", "--at", at)
@@ -461,7 +461,7 @@ def test_add_refuses_null_data(capsys, url, db, data):
     jobs.set_type_timeout(db, "t", 30)
     before = snapshot(db)
     code, _, err = run(capsys, "--store", url, "add", "t", "j", "--data", data)
-    assert code == 1 and err == "jobs: error: --data null is not a JSON object: give one, such as '{\"k\": 1}', " \
+    assert code == 1 and err == "jobsctl: error: --data null is not a JSON object: give one, such as '{\"k\": 1}', " \
                                 "or leave --data out for {}\n"
     assert snapshot(db) == before
 
@@ -471,7 +471,7 @@ def test_add_refuses_ids_with_control_characters(capsys, url, db, job_id):
     jobs.set_type_timeout(db, "t", 30)
     before = snapshot(db)
     code, _, err = run(capsys, "--store", url, "add", "t", job_id)
-    assert code == 1 and err.startswith("jobs: error: job id ") and "control character" in err
+    assert code == 1 and err.startswith("jobsctl: error: job id ") and "control character" in err
     assert err.count("\n") == 1  # the id is shown escaped
     assert snapshot(db) == before
 
@@ -511,7 +511,7 @@ def test_read_only_commands_never_create_a_store(capsys, tmp_path, argv):
     path = tmp_path / "typo.sqlite"
     code, out, err = run(capsys, "--store", f"sqlite:{path}", *argv)
     assert code == 1 and out == ""
-    assert err == f"jobs: error: cannot open store 'sqlite:{path}': store file '{path}' does not exist; check the path\n"
+    assert err == f"jobsctl: error: cannot open store 'sqlite:{path}': store file '{path}' does not exist; check the path\n"
     code, _, err = run(capsys, *argv)  # the default store (.jobs/jobs.sqlite in the working directory)
     assert code == 1 and "store file '.jobs/jobs.sqlite' does not exist" in err
     assert os.listdir(tmp_path) == []
@@ -548,7 +548,7 @@ def test_serve_status_port_out_of_range_is_a_usage_error(capsys, port):
 def test_bad_store_file(capsys, tmp_path):
     (tmp_path / "not-a-store").write_text("hello, this is not SQLite" * 100)
     code, _, err = run(capsys, "--store", f"sqlite:{tmp_path / 'not-a-store'}", "types")
-    assert code == 1 and err.startswith("jobs: error: cannot open store") and err.count("\n") == 1
+    assert code == 1 and err.startswith("jobsctl: error: cannot open store") and err.count("\n") == 1
 
 
 # --- worker: finding the processor ----------------------------------------------------------
@@ -571,18 +571,18 @@ def test_worker_reports_what_is_wrong(capsys, tmp_path, url):
     assert code == 1 and "cannot import 'no_such_module_here'" in err and "Traceback" not in err
     opens = _module(tmp_path, "import jobs\ndb = jobs.open()\n")
     code, _, err = run(capsys, "--store", "sqlite:/no/such/dir/x.sqlite", "worker", f"{opens}:db")
-    assert code == 1 and err.startswith("jobs: error: cannot open store") and "Traceback" not in err
+    assert code == 1 and err.startswith("jobsctl: error: cannot open store") and "Traceback" not in err
     broken = _module(tmp_path, "raise RuntimeError('boom at import')\n")
     code, _, err = run(capsys, "--store", url, "worker", f"{broken}:p")
     assert code == 1  # the user's own code failed: its traceback is shown, then one error line
-    assert "RuntimeError: boom at import" in err and err.splitlines()[-1].startswith("jobs: error: importing")
+    assert "RuntimeError: boom at import" in err and err.splitlines()[-1].startswith("jobsctl: error: importing")
 
 
 # --- monitor -----------------------------------------------------------------------------
 
 
 def run_monitor_until(capsys, url, condition, as_json: bool):
-    """``jobs monitor`` until ``condition()`` holds (then SIGTERM): (code, out, err)."""
+    """``jobsctl monitor`` until ``condition()`` holds (then SIGTERM): (code, out, err)."""
     def stop_when_done():
         try:
             wait_until(condition)
@@ -646,7 +646,17 @@ def test_monitor_says_what_it_pruned_and_the_rows_it_cannot_read(capsys, url, db
 
 
 def _script(*argv, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(JOBS_SCRIPT), *argv], capture_output=True, text=True, timeout=DEADLINE, **kw)
+    return subprocess.run([str(JOBSCTL_SCRIPT), *argv], capture_output=True, text=True, timeout=DEADLINE, **kw)
+
+
+def test_the_command_is_jobsctl_and_a_shell_reaches_it():
+    """``jobs`` is a bash and zsh builtin: the console script is ``jobsctl``, and no script
+    named ``jobs`` is installed (a venv's ``bin`` first on PATH, as ``activate`` puts it)."""
+    assert JOBSCTL_SCRIPT.exists() and not (JOBSCTL_SCRIPT.parent / "jobs").exists()
+    env = {**os.environ, "PATH": f"{JOBSCTL_SCRIPT.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-c", "jobsctl --help"], capture_output=True, text=True, timeout=DEADLINE, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: jobsctl ") and "'jobsctl help COMMAND'" in done.stdout
 
 
 def test_script_add_and_show(tmp_path, url):
@@ -659,14 +669,14 @@ def test_script_add_and_show(tmp_path, url):
     assert set(shown.pop("times")) == {"enqueued"}
     assert shown == {"type": "t", "id": "a", "state": "pending", "data": {"x": 1}, "scheduled_time": 0.0}
     missing = _script("--store", url, "show", "t", "b")
-    assert missing.returncode == 1 and missing.stderr == "jobs: error: job t/b not found\n"
+    assert missing.returncode == 1 and missing.stderr == "jobsctl: error: job t/b not found\n"
 
 
 WORKER_MODULE = """\
 import jobs
 import processors
 
-processor = processors.Processor(jobs.open())  # the store given to `jobs --store ...`
+processor = processors.Processor(jobs.open())  # the store given to `jobsctl --store ...`
 
 
 @processor.handler("double", timeout=30)
@@ -680,7 +690,7 @@ def test_script_worker_runs_jobs_until_sigterm(tmp_path, url, db):
     out, err = open(tmp_path / "out.txt", "w"), open(tmp_path / "err.txt", "w")
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     proc = subprocess.Popen(
-        [str(JOBS_SCRIPT), "--store", url, "worker", "cli_worker_mod:processor", "--concurrency", "2"],
+        [str(JOBSCTL_SCRIPT), "--store", url, "worker", "cli_worker_mod:processor", "--concurrency", "2"],
         cwd=tmp_path, env=env, stdout=out, stderr=err,
     )
     try:
@@ -740,7 +750,7 @@ def test_parse_rate():
 def test_set_limits_limits_and_clear_limits(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     code, out, _ = run(capsys, "--store", url, "limits")
-    assert code == 0 and out == "(no limits: 'jobs set-limits TYPE ...' sets some)\n"
+    assert code == 0 and out == "(no limits: 'jobsctl set-limits TYPE ...' sets some)\n"
     code, out, err = run(capsys, "--store", url, "set-limits", "t", "--concurrency", "10", "--rate", "100/60",
                          "--key-concurrency", "2", "--key-rate", "5/1.5")
     assert code == 0, err
@@ -818,7 +828,7 @@ def test_status_shows_limits_and_keys(capsys, url, db):
     taken = jobs.accept_many(db, "t", 10, timeout=0)
     assert sorted(j.id[0] for j in taken) == ["a", "b", "u"]  # one job of each key: its running limit
     code, out, _ = run(capsys, "--store", url, "status")
-    section = out.split("limits (only jobs started while a limit is set count against it; 'jobs limits' lists "
+    section = out.split("limits (only jobs started while a limit is set count against it; 'jobsctl limits' lists "
                         "them):\n")[1].split("\n\n")[0]
     assert section.splitlines() == ["k: per key: rate 5/1.5s",
                                     "t: running 3/10, started 3/100 per 60s; per key: running 1, rate 5/1s"]

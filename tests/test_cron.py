@@ -1,6 +1,6 @@
 """Cron handlers (``@processor.handler(..., cron=, tz=)``): checked at registration, each
 tick run exactly once by several processors on one store, a tick missed during a restart
-run once, a changed expression taking effect as processors start; ``jobs schedules`` and
+run once, a changed expression taking effect as processors start; ``jobsctl schedules`` and
 the status line.  The schedules' clock is a fake one the tests step (``test_schedules``'
 ``clock`` fixture): no test waits for a minute to pass."""
 

@@ -1,5 +1,5 @@
 """A CTAS partition whose query takes its worker down (SIGKILL, as an out-of-memory kill
-would), run by ``jobs worker`` processes of the pipeline with a ``jobs monitor``.  Killed
+would), run by ``jobsctl worker`` processes of the pipeline with a ``jobsctl monitor``.  Killed
 once, it is re-run elsewhere and the table commits with every row once; killed every time,
 after ``max_lost`` lost workers the partition fails, the operation fails with the reason
 and the CTAS is aborted (its staging to the trash), instead of being re-run forever.

@@ -1,6 +1,6 @@
 """``monitor.StatusServer``: /status, /metrics, / and /healthz on a real store over loopback
 (port 0), the shared and cached gather, a failing gather or store, bad arguments, and
-``jobs serve-status`` run as a process until SIGTERM."""
+``jobsctl serve-status`` run as a process until SIGTERM."""
 
 from __future__ import annotations
 
@@ -436,14 +436,14 @@ def test_exported():
     assert monitor.StatusServer is StatusServer
 
 
-# --- jobs serve-status -----------------------------------------------------------------------
+# --- jobsctl serve-status -----------------------------------------------------------------------
 
 
 def test_cli_help_and_busy_port(capsys, busy_port, tmp_path, store):
     assert cli.main(["help"]) == 0 and "serve-status" in capsys.readouterr().out
     code = cli.main(["--store", "sqlite:" + str(tmp_path / "jobs.sqlite"), "serve-status", "--port", str(busy_port)])
     err = capsys.readouterr().err
-    assert code == 1 and err.startswith("jobs: error: ") and f"127.0.0.1:{busy_port}" in err
+    assert code == 1 and err.startswith("jobsctl: error: ") and f"127.0.0.1:{busy_port}" in err
     assert err.count("\n") == 1
 
 

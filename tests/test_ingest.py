@@ -253,7 +253,7 @@ ingest.attach(processor, worker=f"w{os.getpid()}", ttl=1.0)
 
 
 def test_killed_ingest_workers_drop_out_of_hints_and_placement(tmp_path):
-    """Three `jobs worker` processes killed with SIGKILL (nothing unregisters them): once
+    """Three `jobsctl worker` processes killed with SIGKILL (nothing unregisters them): once
     their registrations expire no hint counts them and no new chunk goes to them."""
     store = "sqlite:" + str(tmp_path / "jobs.sqlite")
     (tmp_path / "ingest_worker_mod.py").write_text(WORKER_MODULE)

@@ -1,5 +1,5 @@
 """``jobs.api.get_times``: when a job was enqueued, started, last active and finished, for
-``jobs show`` and the dashboard's drill-in, on both engines' clocks."""
+``jobsctl show`` and the dashboard's drill-in, on both engines' clocks."""
 
 from __future__ import annotations
 

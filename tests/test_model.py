@@ -385,7 +385,7 @@ class JobModel(RuleBasedStateMachine):
         assert {kv.key for kv in app} == self.app_keys
 
     def counts_match_model(self, db):
-        """The counters (``jobs status``'s numbers) say what the model says, after every
+        """The counters (``jobsctl status``'s numbers) say what the model says, after every
         step: every write path, retried or not, counts each change once."""
         gathered = {t.type: t for t in status.gather(db, limit=0).types}
         for type in TYPES:

@@ -1,5 +1,5 @@
 """Poison jobs across real process deaths: handlers that SIGKILL their own worker, run by
-worker processes started through the real CLI (``jobs worker``), beside a ``jobs monitor``
+worker processes started through the real CLI (``jobsctl worker``), beside a ``jobsctl monitor``
 process, with a short type timeout.  Dead workers are replaced as a supervisor would.  The
 job must not be re-run forever: after ``max_lost`` lost workers it ends failed, naming the
 last worker lost; an operation whose partition job does that fails with the reason."""
@@ -109,8 +109,8 @@ class Seal(Operation):
 
 
 class Supervisor:
-    """Worker processes (``jobs worker TARGET``, the app module in ``cwd``), each replaced
-    when it dies, and one ``jobs monitor``; every process is stopped at the end."""
+    """Worker processes (``jobsctl worker TARGET``, the app module in ``cwd``), each replaced
+    when it dies, and one ``jobsctl monitor``; every process is stopped at the end."""
 
     def __init__(self, store: str, cwd, marks, workers: int, target: str = "poisonapp:processor"):
         self.env = {**os.environ, "POISON_MARKS": str(marks),

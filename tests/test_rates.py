@@ -1,6 +1,6 @@
 """Throughput and start waits per type (issue 15, point 2): finishes and failures per
 minute, and how long started jobs waited, kept as sharded per-minute counters; read over
-the last hour by ``jobs status``, ``/status``, ``/metrics`` and the dashboard; cleared
+the last hour by ``jobsctl status``, ``/status``, ``/metrics`` and the dashboard; cleared
 after an hour by the activity monitor."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Removing a job whose row cannot be read (``jobs.remove_unreadable``, ``jobs remove
+"""Removing a job whose row cannot be read (``jobs.remove_unreadable``, ``jobsctl remove
 --unreadable``): it must leave the store exactly as ``jobs.remove`` leaves it when the row
 can be read, in every state a job can be in, and touch nothing else."""
 

@@ -1,6 +1,6 @@
 """The pipeline's operations on a real Spark, started here from the pyspark distribution
 (``pipeline.spark_cluster``): a standalone cluster (a master and one worker on loopback) and
-a Spark Connect server.  A processor *process* (``jobs worker pipeline.worker:processor``)
+a Spark Connect server.  A processor *process* (``jobsctl worker pipeline.worker:processor``)
 runs validate, build_index and a CTAS on each, and every result must equal that of the same
 operations run in local mode by a processor in this process (the ``spark`` session).
 
@@ -240,7 +240,7 @@ def local_outcome(store, spark):
 
 @contextlib.contextmanager
 def processor_process(store, env: dict, log_path: str):
-    """A processor process (``jobs worker pipeline.worker:processor``) on ``store`` with
+    """A processor process (``jobsctl worker pipeline.worker:processor``) on ``store`` with
     ``env`` added; stopped (SIGTERM, as an operator would) at the end of the block."""
     cmd = [sys.executable, "-m", "jobsctl", "--store", store.url, "worker", "pipeline.worker:processor",
            "--concurrency", "2"]

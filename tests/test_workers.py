@@ -1,6 +1,6 @@
 """The workers registry (issue 15): ``jobs.workers`` (register, heartbeat, unregister, live
 and stale records, bounded cleaning, bad input), processors registering as they run and
-dropping out when they stop, ``jobs workers`` (text and ``--json``), ``/status`` and
+dropping out when they stop, ``jobsctl workers`` (text and ``--json``), ``/status`` and
 ``/metrics``; and a processor killed with SIGKILL dropping out once stale.
 
 Run as a script (``python test_workers.py URL``), this file is that processor: a short
@@ -171,7 +171,7 @@ def test_a_cancelled_serve_unregisters(db):
     assert workers.registered(db) == [] and p.registration.worker is None
 
 
-# --- jobs workers, /status, /metrics -------------------------------------------------------------
+# --- jobsctl workers, /status, /metrics -------------------------------------------------------------
 
 
 def test_jobs_workers_text_and_json(tmp_path, capsys):

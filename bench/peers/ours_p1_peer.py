@@ -8,7 +8,7 @@ from __future__ import annotations
 from .ours_peer import OursPeer, _processor
 
 
-def __getattr__(name):  # `jobs worker bench.peers.ours_p1_peer:processor`
+def __getattr__(name):  # `jobsctl worker bench.peers.ours_p1_peer:processor`
     if name == "processor":
         return _processor(prefetch=1)
     raise AttributeError(name)

@@ -1,8 +1,8 @@
 """Ours: the embedded engine (one SQLite store file; with ``bench.compare --store URL``,
-that store, in a scratch key prefix cleared before each run), ``jobs worker`` processes
+that store, in a scratch key prefix cleared before each run), ``jobsctl worker`` processes
 (``processors.Processor``, concurrency 1), type timeout 5 s.  Recovery: the activity
 monitor re-enqueues a running job whose worker has not called ``update`` for one type
-timeout; the recovery workload runs a dedicated ``jobs monitor`` process."""
+timeout; the recovery workload runs a dedicated ``jobsctl monitor`` process."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _lock_counters(db, prefix: str) -> dict:
             f"{prefix}_hold_ms": round(s["hold_seconds"] * 1000, 1)}
 
 
-def __getattr__(name):  # `jobs worker bench.peers.ours_peer:processor`
+def __getattr__(name):  # `jobsctl worker bench.peers.ours_peer:processor`
     if name == "processor":
         return _processor()
     raise AttributeError(name)
@@ -92,11 +92,11 @@ class OursPeer(Peer):
     venv = "ours"
     packages = ("fdb-jobs",)
     module = "bench.peers.ours_peer"
-    settings = (f"one store file (WAL, synchronous=NORMAL); `jobs worker --concurrency 1` (a `processors.Processor`, "
+    settings = (f"one store file (WAL, synchronous=NORMAL); `jobsctl worker --concurrency 1` (a `processors.Processor`, "
                 f"which also runs an activity monitor; it accepts up to 64 short jobs per transaction); "
                 f"type timeout {TIMEOUT:g} s")
     recovery = (f"activity monitor re-enqueues a job not updated for one type timeout ({TIMEOUT:g} s); "
-                "a dedicated `jobs monitor` process runs")
+                "a dedicated `jobsctl monitor` process runs")
 
     @classmethod
     def title_on(cls, store: str | None) -> str:

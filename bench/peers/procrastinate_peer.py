@@ -3,7 +3,7 @@ worker (LISTEN/NOTIFY wakes it).  Recovery: workers heartbeat (here every 1 s) a
 Procrastinate offers ``job_manager.get_stalled_jobs`` + ``retry_job`` for an app to call
 periodically; the recovery workload runs that in its own process every 0.5 s with a 5 s
 heartbeat threshold (``python -m bench.peers.procrastinate_peer retry-stalled``), the
-counterpart of our ``jobs monitor``."""
+counterpart of our ``jobsctl monitor``."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ each size, after an untimed warm-up of ``--ops`` adds (the first commits after a
 pay for checkpointing its write-ahead log: ~5x slower at 1M for a few hundred commits),
 ``--ops`` adds (one per transaction) and then as many accept+finish pairs are timed, so
 the pending count stays where it was; then one status gather (``jobs.status.gather``: what
-``jobs status``, ``/status`` and ``/metrics`` read, from the counters) is timed, and one
-``exact`` gather (``jobs status --exact``: every key counted, as before the counters).
+``jobsctl status``, ``/status`` and ``/metrics`` read, from the counters) is timed, and one
+``exact`` gather (``jobsctl status --exact``: every key counted, as before the counters).
 Prints JSON: ``{"sizes": [...], "add_us": [[run, ...], ...], "take_us": [[...], ...],
 "status_s": [[...], ...], "status_exact_s": [[...], ...], "preload_s": [...]}``
 

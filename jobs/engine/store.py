@@ -415,7 +415,7 @@ class _CommitGate:
     descriptor.
 
     The wait is bounded (``GATE_WAIT``): a committer stopped in its commit (``SIGSTOP``, a
-    debugger) holds every writer up, but must not hang reads such as ``jobs status``; past
+    debugger) holds every writer up, but must not hang reads such as ``jobsctl status``; past
     the bound the snapshot starts anyway, and the commit under way, if in it, counts as a
     conflict (safe, as before the gate)."""
 

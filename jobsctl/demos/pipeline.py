@@ -3,8 +3,8 @@ filtered by processor processes on Spark, one of which is killed half-way.
 
 1. generate CSV chunk files (``--rows`` per chunk; a few rows break the table's
    constraints on purpose);
-2. start ``--workers`` processor processes (``jobs worker pipeline.worker:processor``)
-   and a ``jobs monitor``; the operations' job timeout is short (``--job-timeout``) so
+2. start ``--workers`` processor processes (``jobsctl worker pipeline.worker:processor``)
+   and a ``jobsctl monitor``; the operations' job timeout is short (``--job-timeout``) so
    that a dead worker's jobs come back quickly;
 3. ingest the chunks in a super-transaction, end it, publish the database;
 4. run ``validate`` and ``build_index`` together, and ``kill -9`` a worker while it runs a
