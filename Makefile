@@ -5,6 +5,8 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# the project alone (no development extras), for `make demo-queue`
+BASE_STAMP := $(VENV)/.installed-base
 PYTEST_TIMEOUT ?= 600
 
 .PHONY: test test-fdb demo demo-queue install clean browser java screenshot
@@ -27,7 +29,7 @@ test-fdb: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/python -m jobsctl.demos.pipeline $(if $(SPARK),--spark $(SPARK)) $(DEMO_ARGS)
 
-demo-queue: $(STAMP)
+demo-queue: $(BASE_STAMP)
 	$(VENV)/bin/python -m jobsctl.demos.queue $(DEMO_ARGS)
 
 install: $(STAMP)
@@ -57,6 +59,13 @@ $(VENV)/bin/python:
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# The queue demo needs only the project's own dependencies: `-e .`, unless the development
+# install (`make install`) is there and up to date.
+$(BASE_STAMP): pyproject.toml | $(VENV)/bin/python
+	@if [ -f $(STAMP) ] && [ ! $(STAMP) -ot pyproject.toml ]; then :; else \
+	  echo "$(VENV)/bin/python -m pip install --quiet -e ."; $(VENV)/bin/python -m pip install --quiet -e .; fi
 	touch $@
 
 clean:
