@@ -18,7 +18,13 @@ A run measures, in this order:
 3. the queue workloads through the peer harness, as ``bench.compare`` runs them
    (``compare.schedule`` and ``compare.drive``; ``bench/peers/harness.py`` says what each
    measures): peers ``ours`` and ``ours_p1`` (prefetch 1), 4 worker processes, one round;
-4. the raw commit rates again: the machine drifts; ratios use the mean of the two rounds.
+4. the raw commit rates again: the machine drifts; ratios use the mean of the two rounds;
+5. the start latency's floor (``latency_floor``): on the now idle cluster, one process runs
+   ``--floor-rounds`` serial rounds of a raw read version, a raw one-write transaction,
+   ``jobs.add``, ``jobs.accept`` of the job just added and ``jobs.finish``.  A job cannot
+   start before the transaction that added it and the one that accepted it both committed,
+   one after the other: the p50 of ``add`` plus that of ``accept`` is the least a start
+   latency measured from the enqueue call can be on this cluster, with no load at all.
 
 The store's write bound is the 64-write keys/s from 4 processes divided by the counted
 writes per job (prefetch 64).  When the cluster's ``fdbserver`` runs on this machine, its
@@ -67,6 +73,8 @@ P1_PER_COMMIT = 0.5  # prefetch=1 burn-down jobs/s >= this x raw one-write commi
 STEADY_RATE = 200.0
 STEADY_P50_MS = 5.0
 STEADY_P99_MS = 30.0
+FLOOR_TYPE = "fdb-floor"
+FLOOR_STEPS = ("read version", "raw one-write transaction", "add", "accept", "finish")
 BEHIND = 0.95  # a steady producer below this share of its rate fell behind (as bench.report says)
 
 log = env.log
@@ -84,6 +92,7 @@ def parse_args(argv=None):
     p.add_argument("--sustained-jobs", type=int, help="jobs the sustained producer adds (default 10,000; quick 1,000)")
     p.add_argument("--rates", type=float, nargs="+", default=[STEADY_RATE], help="steady producer rates (200)")
     p.add_argument("--secs", type=float, help="steady phase length, s (default 10; quick 5)")
+    p.add_argument("--floor-rounds", type=int, default=200, help="serial rounds of the latency floor (200)")
     p.add_argument("--peers", default="ours,ours_p1", help="comma-separated subset of ours,ours_p1")
     p.add_argument("--workloads", default=",".join(QUEUE_WORKLOADS),
                    help="comma-separated subset of " + ",".join(QUEUE_WORKLOADS))
@@ -102,8 +111,9 @@ def parse_args(argv=None):
         p.error("--peers: ours and/or ours_p1")
     if not set(a.workloads) <= set(QUEUE_WORKLOADS):
         p.error("--workloads: a subset of " + ",".join(QUEUE_WORKLOADS))
-    if a.commit_secs <= 0 or min(a.count_jobs, a.jobs - 1, a.sustained_jobs) < 1:
-        p.error("--commit-secs must be above 0, --count-jobs and --sustained-jobs at least 1, --jobs at least 2")
+    if a.commit_secs <= 0 or min(a.count_jobs, a.jobs - 1, a.sustained_jobs, a.floor_rounds) < 1:
+        p.error("--commit-secs must be above 0, --count-jobs, --sustained-jobs and --floor-rounds at least 1, "
+                "--jobs at least 2")
     return a
 
 
@@ -237,7 +247,7 @@ def count_processor(url: str, n: int, prefetch: int, type: str, timeout: float =
                 all_ran.set()
 
         db.take()
-        began = time.monotonic()
+        began, cpu = time.monotonic(), time.process_time()
         thread = threading.Thread(target=proc.run, kwargs={"signals": False}, name="counted-processor")
         thread.start()
         try:
@@ -246,13 +256,51 @@ def count_processor(url: str, n: int, prefetch: int, type: str, timeout: float =
         finally:
             proc.stop()  # (its outcomes are written before it stops)
             thread.join(60)
-        secs = time.monotonic() - began
+        secs, cpu = time.monotonic() - began, time.process_time() - cpu
         tallies = [t for t in db.take() if not t.read_only]
         unfinished = jobs.pending_count(plain, type) + len(jobs.get_active_jobs_ids(plain, type))
         if unfinished:
             raise RuntimeError(f"counted drain: {unfinished} jobs of {n} not finished")
-    return {"prefetch": prefetch, "jobs": n, "secs": secs, "stats": dict(proc.stats),
+    return {"prefetch": prefetch, "jobs": n, "secs": secs, "cpu_ms_per_job": cpu * 1000 / n, "stats": dict(proc.stats),
             "per_job": per_unit(tallies, n)}
+
+
+def latency_floor(url: str, rounds: int) -> dict:
+    """Serial rounds, in this one process on an otherwise idle store, of each of
+    ``FLOOR_STEPS``: per step the p50 and p90 wall ms and the mean CPU ms of this process
+    (its client library's network thread included)."""
+    wall: dict[str, list[float]] = {s: [] for s in FLOOR_STEPS}
+    cpu = dict.fromkeys(FLOOR_STEPS, 0.0)
+    with store.opened(url) as db:
+        jobs.set_type_timeout(db, FLOOR_TYPE, 30)
+        raw = prefixes.ROOT + (FLOOR_TYPE,)
+        from jobs.engine import tuple as fdb_tuple
+
+        def raw_read_version():
+            tr = db.create_transaction()  # (held: a transaction collected before its future is cancelled)
+            tr.get_read_version().wait()
+
+        def raw_write(i):
+            tr = db.create_transaction()
+            tr[fdb_tuple.pack(raw + (i,))] = b"x" * 100
+            tr.commit().wait()
+
+        held = []
+        steps = {"read version": lambda i: raw_read_version(), "raw one-write transaction": raw_write,
+                 "add": lambda i: jobs.add(db, FLOOR_TYPE, f"f{i:06d}"),
+                 "accept": lambda i: held.append(jobs.accept(db, FLOOR_TYPE, timeout=30)),
+                 "finish": lambda i: jobs.finish(db, held.pop())}
+        for i in range(rounds):
+            for name in FLOOR_STEPS:
+                c, t = time.process_time(), time.perf_counter()
+                steps[name](i)
+                wall[name].append((time.perf_counter() - t) * 1000)
+                cpu[name] += time.process_time() - c
+    out = {}
+    for name in FLOOR_STEPS:
+        w = sorted(wall[name])
+        out[name] = {"p50_ms": w[len(w) // 2], "p90_ms": w[int(len(w) * 0.9)], "cpu_ms": cpu[name] * 1000 / rounds}
+    return {"rounds": rounds, "steps": out, "start_floor_ms": out["add"]["p50_ms"] + out["accept"]["p50_ms"]}
 
 
 # --- figures --------------------------------------------------------------------------------
@@ -287,7 +335,8 @@ def figures(data: dict) -> dict:
     return {"one_write_commits": one, "keys64": keys64, "writes_per_job": writes, "write_bound": bound,
             "burndown": burn and burn["jobs_per_s"], "burndown_p1": burn_p1 and burn_p1["jobs_per_s"],
             "steady_p50": steady and steady["p50_ms"], "steady_p99": steady and steady["p99_ms"],
-            "steady_rate": steady and steady.get("rate")}
+            "steady_rate": steady and steady.get("rate"),
+            "start_floor": (data.get("floor") or {}).get("start_floor_ms")}
 
 
 def targets(f: dict) -> list[tuple[str, str, bool | None]]:
@@ -311,7 +360,9 @@ def targets(f: dict) -> list[tuple[str, str, bool | None]]:
     for what, key, bound in (("p50", "steady_p50", STEADY_P50_MS), ("p99", "steady_p99", STEADY_P99_MS)):
         row(f"steady at {STEADY_RATE:g} jobs/s (ours): {what} ≤ {bound:g} ms", f[key] is not None,
             f[key] is not None and f"{f[key]:,.1f} ms"
-            + (f" (the producer reached {f['steady_rate']:,.0f} jobs/s only)" if behind else ""),
+            + (f" (the producer reached {f['steady_rate']:,.0f} jobs/s only)" if behind else "")
+            + (f"; the floor on this cluster, idle: {f['start_floor']:,.1f} ms (add + accept, serial)"
+               if what == "p50" and f.get("start_floor") else ""),
             f[key] is not None and f[key] <= bound)
     return rows
 
@@ -372,15 +423,17 @@ def section(data: dict) -> str:
             f"A `Processor` (concurrency 1, no monitor) drains {counted[0]['jobs'] if counted else 0:,} preloaded "
             "no-op jobs through `jobs/engine/counting.py`'s `CountingDatabase` on the same store; per job, what "
             "its committed transactions did (a mutation: a set, a clear, an atomic op; a key set twice in one "
-            "transaction counts once).", "",
+            "transaction counts once), and the CPU ms a job of this one client process (its threads and its client "
+            "library's network thread: the counting wrapper's own work included).", "",
             "| prefetch | transactions a job | point reads | range reads | writes (mutations) | bytes written "
-            "| accept transactions (jobs each) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+            "| accept transactions (jobs each) | jobs/s | client CPU ms a job |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in counted:
         w, st = c["per_job"], c["stats"]
         batches = st.get("accept_batches", 0)
         each = f"{batches:,} ({st.get('accepted', 0) / batches:.1f})" if batches else "–"
         out.append(f"| {c['prefetch']} | {w['transactions']:.3f} | {w['point_reads']:.2f} | {w['range_reads']:.2f} | "
-                   f"{w['writes']:.2f} | {w['bytes_written']:.0f} | {each} |")
+                   f"{w['writes']:.2f} | {w['bytes_written']:.0f} | {each} | {c['jobs'] / c['secs']:,.0f} | "
+                   f"{_num(c.get('cpu_ms_per_job'), '{:.2f}')} |")
     if f["write_bound"]:
         out += ["", f"The cluster's write bound for the burn-down: {f['keys64']:,.0f} keys/s (64 writes a commit, "
                 f"{max(PROCS)} processes) ÷ {f['writes_per_job']:.2f} writes a job (prefetch 64) = "
@@ -418,6 +471,16 @@ def section(data: dict) -> str:
              for c in [r.get("counters") or {}] if c.get("accept_batches")]
     if lines:
         out += ["", "What the burn-downs' workers counted (`Processor.stats`, summed):", "", *lines]
+    floor = data.get("floor")
+    if floor:
+        out += ["", "## The start latency's floor", "",
+                f"One process, {floor['rounds']} serial rounds on the otherwise idle cluster, after the workloads: "
+                "wall ms of each call and the CPU ms it cost this process (its client library's network thread "
+                "included). A job starts at the earliest when its `add` and then the `accept` that takes it have "
+                f"both committed: **{floor['start_floor_ms']:,.1f} ms** (the two p50s), with no load and no wake-up.",
+                "", "| call | p50 ms | p90 ms | CPU ms |", "|---|---:|---:|---:|"]
+        for name, st in floor["steps"].items():
+            out.append(f"| {name} | {st['p50_ms']:,.2f} | {st['p90_ms']:,.2f} | {st['cpu_ms']:,.2f} |")
     out += ["", "## Targets (issue 49)", "", "| target | measured | held |", "|---|---|---|"]
     for target, measured, held in targets(f):
         out.append(f"| {target} | {measured} | {'–' if held is None else 'yes' if held else 'no'} |")
@@ -492,6 +555,7 @@ def main(argv=None) -> int:
                         log(f"counted, prefetch {prefetch}: {c['per_job']['writes']:.2f} writes, "
                             f"{c['per_job']['transactions']:.3f} transactions a job")
                         data["counted"].append(c)
+        data["floor"] = step("latency floor", lambda: latency_floor(url, args.floor_rounds))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     data["wall_s"] = time.monotonic() - t0

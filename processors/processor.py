@@ -50,6 +50,7 @@ import jobs
 from jobs import checks, schedules
 from jobs.cron import DEFAULT_TZ, Cron
 from jobs.engine.transactional import run as run_transaction
+from jobs.engine.urls import describe_store
 from monitor import ActivityMonitor
 
 from . import behaviors
@@ -294,7 +295,8 @@ class Processor:
             timeout = jobs.get_type_timeout(self.db, type)
             if timeout is None:
                 raise jobs.NoTypeTimeout(
-                    f"type {type!r} has no timeout: pass timeout= to @processor.handler or run `jobsctl set-timeout`"
+                    f"type {type!r} has no timeout in {describe_store(self.db)}: pass timeout= to "
+                    "@processor.handler or run `jobsctl set-timeout`"
                 )
             self._beat_every[type] = timeout / BEATS_PER_TIMEOUT
 

@@ -385,6 +385,8 @@ def _fdb_section_data(burndown: float, burndown_p1: float, p50: float, p99: floa
     return {"command": "python -m bench.fdb_section --quick", "started": "now", "wall_s": 60.0,
             "machine": compare.machine(ROOT), "cluster": "FoundationDB 7.3.79, 1 process", "server_pids": [1],
             "args": vars(args), "harness_args": vars(h), "raw": rounds, "counted": counted, "results": results,
+            "floor": {"rounds": 200, "start_floor_ms": 7.5,
+                      "steps": {name: {"p50_ms": 2.0, "p90_ms": 3.0, "cpu_ms": 0.5} for name in fdb_section.FLOOR_STEPS}},
             "errors": []}
 
 
@@ -404,19 +406,21 @@ def test_fdb_section_renders_its_figures_and_issue_49s_targets():
     assert "80 accept transactions took jobs (62.5 jobs each), 30 attempts retried (30 on conflicts)" in md
     assert "| 2,357 jobs/s = 35% of 6,694 (33,472 keys/s ÷ 5.00 writes a job) | no |" in md
     assert "| 341 ÷ 1,645 = 0.21 | no |" in md
-    assert "p50 ≤ 5 ms | 11.6 ms | no |" in md and "p99 ≤ 30 ms | 296.0 ms | no |" in md
+    assert "p50 ≤ 5 ms | 11.6 ms; the floor on this cluster, idle: 7.5 ms (add + accept, serial) | no |" in md
+    assert "p99 ≤ 30 ms | 296.0 ms | no |" in md
+    assert "both committed: **7.5 ms**" in md and "| accept | 2.00 | 3.00 | 0.50 |" in md
     assert "embedded engine" not in md and "### Burn-down" in md
 
     held = fdb_section.section(_fdb_section_data(burndown=5100.0, burndown_p1=900.0, p50=4.0, p99=30.0))
     assert "| 5,100 jobs/s = 76% of 6,694" in held and "| 900 ÷ 1,645 = 0.55 | yes |" in held
-    assert "p50 ≤ 5 ms | 4.0 ms | yes |" in held and "p99 ≤ 30 ms | 30.0 ms | yes |" in held
+    assert "p50 ≤ 5 ms | 4.0 ms; the floor" in held and "p99 ≤ 30 ms | 30.0 ms | yes |" in held
     assert held.count("| yes |") == 4
 
     behind = _fdb_section_data(burndown=2357.0, burndown_p1=341.0, p50=11.6, p99=296.0)
     behind["results"][2]["rate"] = 137.0  # (a producer that fell behind its 200 jobs/s)
     md = fdb_section.section(behind)
     assert "| steady at 200 jobs/s | 137 (producer behind) |" in md
-    assert "| 11.6 ms (the producer reached 137 jobs/s only) | no |" in md
+    assert "| 11.6 ms (the producer reached 137 jobs/s only); the floor" in md
 
     data["results"] = [r for r in data["results"] if r["peer"] != "ours_p1"]
     rows = {target: held for target, _measured, held in fdb_section.targets(fdb_section.figures(data))}
@@ -426,12 +430,15 @@ def test_fdb_section_renders_its_figures_and_issue_49s_targets():
 def test_fdb_section_runs_through_on_an_embedded_store(tmp_path):
     """``python -m bench.fdb_section`` end to end, small, on a store file (it takes any
     store; the section is meant for a cluster): raw commit loops of 1 and 4 processes, the
-    counted drains, a burn-down through the harness, FDB.md and fdb.json written."""
+    counted drains, a burn-down through the harness, the latency floor, FDB.md and fdb.json
+    written."""
+    from bench.fdb_section import FLOOR_STEPS
+
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "JOBS_STORE"}
     p = subprocess.run([sys.executable, "-m", "bench.fdb_section", "--store", f"sqlite:{tmp_path / 'store.sqlite'}",
                         "--peers", "ours", "--workloads", "burndown", "--jobs", "40", "--commit-secs", "0.2",
-                        "--count-jobs", "20", "--out", str(out)], cwd=ROOT, env={**env, "PYTHONPATH": ROOT},
+                        "--count-jobs", "20", "--floor-rounds", "5", "--out", str(out)], cwd=ROOT, env={**env, "PYTHONPATH": ROOT},
                        capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads((out / "fdb.json").read_text())
@@ -441,9 +448,14 @@ def test_fdb_section_runs_through_on_an_embedded_store(tmp_path):
         assert all(r["commits"] > 0 and r["keys_per_s"] == pytest.approx(r["commits_per_s"] * r["writes"])
                    for r in rnd)
     assert [c["prefetch"] for c in data["counted"]] == [64, 1]
-    assert all(c["per_job"]["writes"] > 0 and c["stats"]["accepted"] == 20 for c in data["counted"])
+    assert all(c["per_job"]["writes"] > 0 and c["stats"]["accepted"] == 20 and c["cpu_ms_per_job"] > 0
+               for c in data["counted"])
+    floor = data["floor"]
+    assert floor["rounds"] == 5 and tuple(floor["steps"]) == FLOOR_STEPS
+    assert floor["start_floor_ms"] == pytest.approx(floor["steps"]["add"]["p50_ms"] + floor["steps"]["accept"]["p50_ms"])
     [burn] = data["results"]
     assert burn["ok"] and burn["peer"] == "ours" and burn["runs"] >= 40
     md = (out / "FDB.md").read_text()
     assert "## Raw commit rates" in md and "## Targets (issue 49)" in md and "write bound" in md
+    assert "## The start latency's floor" in md
     assert "| ours (embedded engine, sqlite:" in md and "(jobs each)" in md
