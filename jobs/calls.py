@@ -1,9 +1,11 @@
-"""What every module of the job API shares: the transaction a call runs in, and NotFound."""
+"""What every module of the job API shares: the transaction a call runs in, and NotFound
+(naming the store: a job missing from the store of another working directory says so)."""
 
 from __future__ import annotations
 
 from . import keys
 from .engine.transactional import within
+from .engine.urls import describe_store
 from .errors import NotFound
 
 
@@ -18,5 +20,6 @@ def within_store(tr, fn):
     return within(tr, body)
 
 
-def not_found(type: str, job_id: str) -> NotFound:
-    return NotFound(f"job {type}/{job_id} not found")
+def not_found(tr, type: str, job_id: str) -> NotFound:
+    """NotFound for the job, naming the store of ``tr`` (a transaction or database)."""
+    return NotFound(f"job {type}/{job_id} not found in {describe_store(tr)}")

@@ -10,6 +10,7 @@ from .calls import not_found, within_store
 from .codec import encode_data
 from .engine import value_of
 from .engine.transactional import LastAttempt, is_database
+from .engine.urls import describe_store
 from .errors import JobDataError, NoTypeTimeout
 
 
@@ -42,7 +43,7 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     def body(tr):
         timeout = _timeout_read(tr, type)  # (both reads issued together: one round trip)
         row = ahead.read(tr, keys.data_key(type, job_id))
-        _require_timeout(timeout, type)
+        _require_timeout(tr, timeout, type)
         _add_row(tr, type, job, rows.decode(value_of(row), type, job_id))
 
     within_store(tr, body)
@@ -81,10 +82,12 @@ def _timeout_read(tr, type: str):
     return tr.get(keys.timeout_key(type))
 
 
-def _require_timeout(timeout, type: str) -> None:
-    """NoTypeTimeout unless the type's timeout (``timeout``: its read) is set."""
+def _require_timeout(tr, timeout, type: str) -> None:
+    """NoTypeTimeout unless the type's timeout (``timeout``: its read) is set; it names the
+    store, which may not be the one meant (another working directory's default)."""
     if value_of(timeout) is None:
-        raise NoTypeTimeout(f"job type {type!r} has no timeout: call set_type_timeout(db, {type!r}, seconds) first")
+        raise NoTypeTimeout(f"job type {type!r} has no timeout in {describe_store(tr)}: "
+                            f"call set_type_timeout(db, {type!r}, seconds) first")
 
 
 def _add_row(tr, type: str, job: _Checked, row) -> None:
@@ -157,7 +160,7 @@ def _add_batch(tr, type: str, batch: list[_Checked]) -> None:
     timeout = _timeout_read(tr, type)
     data_keys = [keys.data_key(type, job.id) for job in batch]
     futures = [tr.get(key) for key in data_keys]  # (read in parallel)
-    _require_timeout(timeout, type)
+    _require_timeout(tr, timeout, type)
     new = []
     for job, key, future in zip(batch, data_keys, futures):
         raw = value_of(future)
@@ -181,7 +184,7 @@ def remove(tr, type: str, job_id: str) -> None:
         if row is None:
             if found.committed():  # gone: that attempt removed it
                 return
-            raise not_found(type, job_id)
+            raise not_found(tr, type, job_id)
         found.record(True)
         remove_row(tr, type, job_id, row)
 

@@ -26,6 +26,7 @@ from .codec import decode_data, decode_row
 from .engine import error_code, value_of
 from .engine.errors import OPERATION_CANCELLED
 from .engine.transactional import run as run_transaction
+from .engine.urls import describe_store
 from .errors import NotFound
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)
@@ -71,7 +72,7 @@ class Notifier:
 
         row = run_transaction(self.db, read)
         if row is None:
-            raise NotFound(f"job {type}/{job_id} not found")
+            raise NotFound(f"job {type}/{job_id} not found in {describe_store(self.db)}")
         sub = Subscription(self, type, job_id, row.state, decode_data(row.data), row.seq)
         if sub.active:
             with self.cond:

@@ -16,7 +16,7 @@ from .stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
 def _row_or_not_found(tr, type: str, job_id: str) -> Row:
     row = rows.get(tr, type, job_id)
     if row is None:
-        raise not_found(type, job_id)
+        raise not_found(tr, type, job_id)
     return row
 
 

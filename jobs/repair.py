@@ -80,7 +80,7 @@ def _unreadable_row(tr, type: str, job_id: str, gone_ok: bool = False) -> bytes 
     if raw is None:
         if gone_ok:
             return None
-        raise not_found(type, job_id)
+        raise not_found(tr, type, job_id)
     if rows.decode(raw, type, job_id, []) is not rows.UNREADABLE:
         raise ValueError(f"the row of job {type}/{job_id} can be read: remove it with jobs.remove "
                          "('jobsctl remove' without --unreadable)")

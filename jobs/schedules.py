@@ -35,6 +35,7 @@ from .creator import add
 from .cron import DEFAULT_TZ, Cron
 from .engine import tuple as fdb_tuple
 from .engine import value_of
+from .engine.urls import describe_store
 from .errors import NoTypeTimeout, StoreError
 from .reading import get_job
 from .rows import get as get_row
@@ -74,7 +75,7 @@ def set_schedule(tr, type: str, expression: str, tz: str = DEFAULT_TZ) -> bool:
 
     def body(tr):
         if not tr.get(keys.timeout_key(type)).wait().present():
-            raise NoTypeTimeout(f"job type {type!r} has no timeout: set one before scheduling it")
+            raise NoTypeTimeout(f"job type {type!r} has no timeout in {describe_store(tr)}: set one before scheduling it")
         found = _record(tr, type)
         if found is not None and found[0] == cron:
             return False

@@ -222,7 +222,7 @@ def resubmit(tr, job: Job | JobInfo, scheduled_time: float | None = None, data: 
     def body(tr):
         row = _row_of(tr, job) if isinstance(job, Job) else rows.get(tr, job.type, job.id)
         if row is None:
-            raise not_found(job.type, job.id)
+            raise not_found(tr, job.type, job.id)
         new_stime = row.stime if stime is None else stime
         new_priority = row.priority if priority is None else priority
         if row.state == "running":

@@ -8,6 +8,7 @@ import contextlib
 import jobs
 from jobs import pending, schedules, status as status_mod, store
 from jobs.engine.transactional import run as run_transaction
+from jobs.engine.urls import describe_store
 
 from .arguments import data_object
 from monitor.documents import job_doc, job_document
@@ -33,7 +34,8 @@ def cmd_add(args):
             return add_and_get(db, args.type, args.id, data, args.at, args.priority, args.key)
         except jobs.NoTypeTimeout as exc:
             raise jobs.NoTypeTimeout(
-                f"job type {args.type!r} has no timeout: run 'jobsctl set-timeout {args.type} SECONDS' first"
+                f"job type {args.type!r} has no timeout in {describe_store(db)}: "
+                f"run 'jobsctl set-timeout {args.type} SECONDS' first"
             ) from exc
 
 
@@ -139,7 +141,7 @@ def cmd_schedules(args):
     with open_store(args, create=False) as db:
         if args.clear is not None:
             if not schedules.clear_schedule(db, args.clear):
-                raise jobs.NotFound(f"type {args.clear!r} has no cron schedule")
+                raise jobs.NotFound(f"type {args.clear!r} has no cron schedule in {describe_store(db)}")
             return {"cleared": args.clear}
         return [vars(s) for s in schedules.get_schedules(db)]
 

@@ -227,7 +227,7 @@ def test_remove(capsys, url, db):
     assert run_json(capsys, "--store", url, "remove", "t", "b") == {"removed": {"type": "t", "id": "b"}}
     assert jobs.get_jobs(db) == []
     code, _, err = run(capsys, "--store", url, "show", "t", "a")
-    assert code == 1 and err == "jobsctl: error: job t/a not found\n"
+    assert code == 1 and err == f"jobsctl: error: job t/a not found in the store {url} (named when opened; JOBS_STORE not read)\n"
 
 
 def test_remove_a_job_whose_row_cannot_be_read(capsys, url, db):
@@ -669,7 +669,8 @@ def test_script_add_and_show(tmp_path, url):
     assert set(shown.pop("times")) == {"enqueued"}
     assert shown == {"type": "t", "id": "a", "state": "pending", "data": {"x": 1}, "scheduled_time": 0.0}
     missing = _script("--store", url, "show", "t", "b")
-    assert missing.returncode == 1 and missing.stderr == "jobsctl: error: job t/b not found\n"
+    assert missing.returncode == 1
+    assert missing.stderr == f"jobsctl: error: job t/b not found in the store {url} (named when opened; JOBS_STORE not read)\n"
 
 
 WORKER_MODULE = """\

@@ -14,18 +14,25 @@ None                   ``$JOBS_STORE`` if set, else ``sqlite:.jobs/jobs.sqlite``
                        whose ``.jobs`` directory is created when missing)
 =====================  ==============================================================
 
-Every failure to open is a :class:`StoreOpenError` naming the URL and what to do.
+Every failure to open is a :class:`StoreOpenError` naming the URL and what to do.  The
+store a database opened here is, and how its URL was chosen, are remembered:
+:func:`describe_store` names them in errors whose meaning depends on the store (a type
+without a timeout, a job not found), so that a program that opened the default store of
+another working directory says so.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
+import weakref
 
-from .cluster import open_cluster
+from .cluster import open_cluster, resolve_cluster_file
 from .errors import StoreOpenError
 
-__all__ = ["ENV_VAR", "DEFAULT_STORE", "StoreOpenError", "default_url", "parse_url", "open_database"]
+__all__ = ["ENV_VAR", "DEFAULT_STORE", "StoreOpenError", "default_url", "parse_url", "open_database",
+           "describe_store"]
 
 ENV_VAR = "JOBS_STORE"
 DEFAULT_STORE_PATH = os.path.join(".jobs", "jobs.sqlite")
@@ -72,16 +79,64 @@ def open_database(url: str | None = None, *, create: bool = True):
     unreachable cluster."""
     is_default = url is None and not os.environ.get(ENV_VAR)
     if url is None:
+        chosen = f"{ENV_VAR} unset: the default in the working directory" if is_default else f"chosen by {ENV_VAR}"
         url = default_url()
+    else:
+        chosen = f"named when opened; {ENV_VAR} not read"
     scheme, path = parse_url(url)
     if scheme == "fdb":
         try:
-            return open_cluster(path)
+            db = open_cluster(path)
         except StoreOpenError as exc:
             raise StoreOpenError(f"cannot open store {url!r}: {exc}") from exc
+        return _remember(db, "fdb:" + resolve_cluster_file(path), chosen)
     if is_default and create:
         os.makedirs(os.path.dirname(DEFAULT_STORE_PATH), exist_ok=True)
-    return _open_embedded(url, path, create)
+    db = _open_embedded(url, path, create)
+    return _remember(db, "memory:" if path is None else "sqlite:" + os.path.abspath(path), chosen)
+
+
+# database -> (its URL, absolute; how that URL was chosen), for describe_store
+_opened: "weakref.WeakKeyDictionary[object, tuple[str, str]]" = weakref.WeakKeyDictionary()
+
+
+def _remember(db, url: str, chosen: str):
+    try:
+        _opened[db] = (url, chosen)
+    except TypeError:  # not weak-referenceable: described from what it holds
+        pass
+    return db
+
+
+def describe_store(handle) -> str:
+    """Which store ``handle`` (a database, a transaction of one, or an engine wrapper of
+    either) is, for an error message: ``"the store sqlite:/abs/path (JOBS_STORE unset: the
+    default in the working directory)"``.  A database opened by :func:`open_database` is
+    named by its URL and how that URL was chosen; one opened otherwise (an application's own
+    ``fdb.open()``, an ``EmbeddedDatabase`` made directly) by what it holds."""
+    db = handle
+    for _ in range(8):  # a transaction's database, a wrapper's wrapped one
+        inner = getattr(db, "db", None)
+        if inner is None or inner is db:
+            break
+        db = inner
+    try:
+        known = _opened.get(db)
+    except TypeError:
+        known = None
+    if known is not None:
+        return f"the store {known[0]} ({known[1]})"
+    path = getattr(db, "path", None)
+    if getattr(db, "memory", False):
+        return "a private memory: store"
+    if isinstance(path, str):
+        return f"the store sqlite:{os.path.abspath(path)} (not opened by jobs.open)"
+    bindings = sys.modules.get("fdb.impl")  # (the databases fdb.open() opened, by cluster file)
+    for cluster_file, opened in list(getattr(bindings, "open_databases", {}).items()):
+        if opened is db:
+            where = "the default cluster file" if cluster_file is None else f"cluster file {cluster_file}"
+            return f"the FoundationDB store of {where} (not opened by jobs.open)"
+    return f"a store of type {type(db).__name__} not opened by jobs.open"
 
 
 def _open_embedded(url: str, path: str | None, create: bool):
