@@ -18,6 +18,7 @@ from datetime import datetime
 import orjson
 
 import jobs
+from jobs.engine.transactional import is_database
 from jobs.engine.urls import ENV_VAR, default_url
 
 from .commands import open_store
@@ -122,8 +123,10 @@ def load_processor(module_name: str, attr: str):
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        where = " (looked in the working directory and sys.path)" if exc.name == module_name else ""
-        raise ValueError(f"cannot import {module_name!r}: {exc}{where}") from exc
+        if exc.name == module_name:
+            raise ValueError(f"cannot import {module_name!r}: there is no such module in the working directory "
+                             "or on sys.path") from exc
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from exc
     except (jobs.StoreOpenError, jobs.JobsError):  # from jobs.open() in the module: a bad --store, ...
         raise
     except Exception:  # noqa: BLE001 - the module's own code failed: its traceback tells where
@@ -134,8 +137,19 @@ def load_processor(module_name: str, attr: str):
     except AttributeError as exc:
         raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from exc
     if not isinstance(processor, processors.Processor):
-        raise TypeError(f"{module_name}:{attr} is not a processors.Processor but a {type(processor).__name__}")
+        kind = type(processor).__name__
+        if is_database(processor):
+            kind, hint = f"{kind} (a store's database)", "name the Processor made on it"
+        else:
+            hint = "name a Processor"
+        raise TypeError(f"{module_name}:{attr} is not a processors.Processor but {_article(kind)} {kind}: {hint} "
+                        "(processor = processors.Processor(db)) as MODULE:ATTR")
     return processor
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
 
 
 def cmd_worker(args):

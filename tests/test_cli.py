@@ -563,7 +563,7 @@ def _module(tmp_path, body: str) -> str:
 def test_worker_reports_what_is_wrong(capsys, tmp_path, url):
     mod = _module(tmp_path, "import os\nseen = os.environ['JOBS_STORE']\nnot_a_processor = 3\n")
     code, _, err = run(capsys, "--store", url, "worker", f"{mod}:not_a_processor")
-    assert code == 1 and "is not a processors.Processor but a int" in err
+    assert code == 1 and "is not a processors.Processor but an int: name a Processor" in err
     assert sys.modules[mod].seen == url  # --store reached the module through $JOBS_STORE
     code, _, err = run(capsys, "--store", url, "worker", f"{mod}:missing")
     assert code == 1 and f"module '{mod}' has no attribute 'missing'" in err

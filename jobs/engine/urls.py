@@ -155,6 +155,10 @@ def _open_embedded(url: str, path: str | None, create: bool):
     try:
         return EmbeddedDatabase(path, create=create) if path is not None else EmbeddedDatabase(None, memory=True)
     except (StoreFileError, sqlite3.Error, OSError) as exc:
+        reason = str(exc)
+        said = f"cannot open store {path!r}: "  # (the engine's own start: said once, with the URL)
+        if reason.startswith(said):
+            reason = reason[len(said):]
         raise StoreOpenError(
-            f"cannot open store {url!r}: {exc}; check the path, or point the URL at a new file"
+            f"cannot open store {url!r}: {reason}; check the path, or point the URL at a new file"
         ) from exc
