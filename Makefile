@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 PYTEST_TIMEOUT ?= 600
 
-.PHONY: test test-fdb demo demo-queue install clean browser java screenshot
+.PHONY: test test-fdb demo demo-queue install docs clean browser java screenshot
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
@@ -33,6 +33,12 @@ demo-queue: $(BASE_STAMP)
 	$(VENV)/bin/python -m jobsctl.demos.queue $(DEMO_ARGS)
 
 install: $(STAMP)
+
+# The docs site from mkdocs.yml and docs/ (the API reference from the docstrings) into site/;
+# --strict: any warning (a broken link, a page of the nav that is missing, an object
+# mkdocstrings cannot find) fails the build.  Open site/index.html, or `$(VENV)/bin/mkdocs serve` while writing.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Debian's Chromium, for the dashboard's browser tests (tests/test_dashboard_browser.py:
 # they skip without it, unless JOBS_REQUIRE_BROWSER is set, as .ci/run does).
@@ -69,4 +75,4 @@ $(BASE_STAMP): pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .jobs
+	rm -rf $(VENV) .pytest_cache .hypothesis .jobs site
