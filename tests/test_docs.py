@@ -104,3 +104,15 @@ def test_doc(path: Path, tmp_path: Path, monkeypatch) -> None:
         ran += example.region.evaluator is not SKIPPER
     if skipped and not ran:
         pytest.skip("; ".join(skipped))
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_readme_links() -> None:
+    """README.md's relative links (into docs/, mostly) name files that exist: the site's
+    strict build checks the links between docs pages, not the README's."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    broken = [target for target in LINK.findall(text)
+              if not re.match(r"[a-z]+:|#", target) and not (ROOT / target.split("#")[0]).exists()]
+    assert not broken, f"README.md links to files that do not exist: {broken}"
