@@ -1,5 +1,5 @@
 """The report of ``python -m bench.fairness``: its table and the one-line summary the
-README quotes (what the columns mean: ``bench/fairness.py``)."""
+docs/benchmarks.md quotes (what the columns mean: ``bench/fairness.py``)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _row(sc: Scenario, cap: float) -> str:
 
 
 def summary(keyed: Scenario, unkeyed: Scenario, args) -> str:
-    """One line for the README."""
+    """One line for docs/benchmarks.md."""
     pending = f"{_p50([r.pending_a for r in keyed.runs]):,}" if keyed.runs else "?"
     started = [r for r in keyed.runs if r.delay_s is not None]
     if not started:

@@ -267,7 +267,7 @@ def _setup_section(args, results) -> list[str]:
     return out
 
 
-# Issue 17's targets that compare two queues (the README's "Issue 17's targets"): what is
+# The targets that compare two queues (docs/benchmarks.md, "Targets, round by round"): what is
 # claimed, the workload and the setting its figures come from, the figure, ours and the
 # peer, and the ratio ours / peer a round must reach (figures that are better higher) or
 # stay within (latencies: lower is better).

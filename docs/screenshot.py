@@ -1,4 +1,4 @@
-"""Draw docs/dashboard.png, the README's picture of the status dashboard: a fresh store
+"""Draw docs/dashboard.png, the picture of the status dashboard in docs/operations/status-server.md: a fresh store
 with jobs in every state (a paused type, a limited one, running, failed, a live worker),
 served by ``StatusServer`` and shot in headless Chromium (``make browser``).
 

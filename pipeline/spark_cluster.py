@@ -16,7 +16,7 @@ with the log's tail, if a process exits.  Each process runs in a session of its 
 started too; an ``atexit`` hook stops whatever is still running when the interpreter exits.
 
 This is for one machine.  A real deployment runs Spark's own ``sbin/start-master.sh`` and
-``start-worker.sh`` on its hosts (README, "Running on a Spark cluster").
+``start-worker.sh`` on its hosts (docs/operations/spark.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """couch_jobs' test scenarios (couch_jobs_tests.erl, fdbarchive branch) ported to the Python
-API, with the points where this port does better than couch_jobs (DESIGN.md): future jobs
+API, with the points where this port does better than couch_jobs (docs/guide/jobs-api.md): future jobs
 wake a waiting accept, resubmit without data keeps the data (also on a finished job), and
 composition with the application's own transaction.
 

@@ -108,7 +108,7 @@ def venv_interpreter(venv: str) -> str | None:
 def ensure_peers_venv() -> str:
     """bench/.peers-venv with requirements.txt installed, made from the interpreter the
     project's venv was made from (made again if it was not: one build of CPython ran the
-    peers up to a third faster than another of the same version, docs/performance.md, and
+    peers up to a third faster than another of the same version, and
     a comparison runs on one interpreter as on one machine); its python."""
     stamp = os.path.join(PEERS_VENV, ".installed")
     base = base_interpreter()

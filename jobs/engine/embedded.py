@@ -1,6 +1,6 @@
 """The embedded engine: FoundationDB's transaction semantics on one SQLite file (WAL).
 
-How FDB's guarantees are obtained (see DESIGN.md, "Embedded engine"):
+How FDB's guarantees are obtained (see docs/design.md, "The embedded engine"):
 
 * **Read version / snapshot**: a transaction's reads all come from one SQLite read
   transaction opened at its first read; its read version is the store's commit version

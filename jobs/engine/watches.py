@@ -59,7 +59,7 @@ class Watches:
     # than asked here (timer slack, a virtual machine's wake-up), so the pause asked is
     # short: at 0.1 ms each look again took about 0.19 ms, and a job added just as another
     # commit was under way waited for it (a quarter of the steady workload's slowest
-    # starts, traced: docs/performance.md, "Against the peer queues").
+    # starts, traced).
     SETTLE_PAUSE = 0.00002
     SETTLE_MAX = 0.005
     BELL_MISSES = 3  # unannounced commits seen before the doorbell is given up

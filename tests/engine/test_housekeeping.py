@@ -194,8 +194,8 @@ def test_a_new_store_has_small_pages_and_an_older_one_keeps_its_own(tmp_path, mo
     assert _page_size(old) == 4096
 
 
-def test_an_older_store_moves_to_small_pages_by_the_readme_recipe(tmp_path, monkeypatch):
-    """README ("Layout"): with no process using it, a store of 4096-byte pages is rewritten
+def test_an_older_store_moves_to_small_pages_by_the_documented_recipe(tmp_path, monkeypatch):
+    """docs/operations/store.md ("Layouts and upgrades"): with no process using it, a store of 4096-byte pages is rewritten
     with PAGE_BYTES ones by SQLite's VACUUM outside WAL mode, and keeps all it held."""
     path = str(tmp_path / "old.sqlite")
     monkeypatch.setattr(store, "PAGE_BYTES", 4096)
