@@ -201,9 +201,9 @@ class Tally:
         """Jobs of ``type`` started that waited ``waits`` seconds each (``rates.started``)."""
         rates.started(self._rated, type, waits)
 
-    def finished(self, type: str, failed: bool, n: int = 1) -> None:
-        """``n`` jobs of ``type`` finished, or failed (``rates.finished``)."""
-        rates.finished(self._rated, type, failed, n)
+    def finished(self, type: str, failed: bool, n: int = 1, *, retried: bool = False) -> None:
+        """``n`` runs of ``type`` ended: finished, failed, or retried (``rates.finished``)."""
+        rates.finished(self._rated, type, failed, n, retried=retried)
 
     def to_stamp(self, type: str) -> bool:
         """Whether the type's activity is still to be stamped (``rows.bump_activity``) by

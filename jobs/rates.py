@@ -1,17 +1,25 @@
 """Throughput and start latency per type, per minute, for people (``jobsctl status``,
 ``/metrics``, the dashboard): cheap to keep and to read whatever the number of jobs.
 
-    ("jobs", "rates", Type, Minute, Bucket, Shard) = three 8-byte little-endian counters:
-                                                      jobs started, finished, failed
+    ("jobs", "rates", Type, Minute, Bucket, Shard) = four 8-byte little-endian counters:
+                                                      runs started, succeeded, failed,
+                                                      retried
+
+A run is counted once as it ends, in one of three: *finished* (it succeeded: the job
+finished, or, recurring, runs again), *failed* (the job failed for good) or *retried* (it
+failed and the job runs again: a retry, or a recurring job's next run), so that the
+finished of the last hour are successes only, as ``jobsctl status``'s FINISHED column.
 
 ``Minute`` is the writer's wall clock in whole minutes.  ``Bucket``: the jobs started in
 it waited (from when they were due, or enqueued if later, to the accept that took them)
 about ``BASE ** Bucket`` milliseconds; None for a transaction that started none.  The jobs
 a transaction finishes are counted in the first key it adds to for their type, so that a
 processor's accept, which carries the last job's finish, adds to one key, not two (every
-add is one more write: an UPSERT in the embedded engine).  The three counters are added
-at once, as one 24-byte little-endian integer: each only grows, and stays far below 2**64,
-so that no carry crosses into the next.  Every count is an atomic add, which never
+add is one more write: an UPSERT in the embedded engine).  The four counters are added
+at once, as one 32-byte little-endian integer: each only grows, and stays far below 2**64,
+so that no carry crosses into the next.  (An earlier release added 24 bytes, three
+counters, its retried runs counted as finished: a key it added to is read as well, and an
+add of 24 bytes cuts a longer value to its length, losing only that minute's retried.)  Every count is an atomic add, which never
 conflicts, in one shard per transaction (``counts.shard``) so that no one key takes every
 worker's writes.  A read sums the last hour: at most 60 minutes x (1 + the buckets in use)
 x ``counts.SHARDS`` small keys.  Minutes older than ``KEEP`` are cleared by the activity
@@ -35,21 +43,25 @@ from .engine import strinc
 
 BASE = 1.25  # wait buckets: a quantile is known to within this factor
 KEEP = 3600.0  # seconds of history kept (and summed)
-_LANE = 64  # bits of each of a key's three counters (started, finished, failed)
+_LANE = 64  # bits of each of a key's four counters (started, finished, failed, retried)
+_LANES = 4
 
 
 @dataclass(frozen=True)
 class Rates:
-    """A type's last hour: jobs finished and failed, and the start wait's quantiles in
-    seconds (None: no job started in the hour)."""
+    """A type's last hour: runs started, and ended as finished (succeeded), failed (for
+    good) or retried (failed, the job runs again), and the start wait's quantiles in seconds
+    (None: no job started in the hour)."""
 
     finished: int = 0
     failed: int = 0
     wait_p50: float | None = None
     wait_p99: float | None = None
     started: int = 0
-    # (the minute's start, started, finished, failed) for each minute with any, oldest first
+    # (the minute's start, started, finished, failed, retried) for each minute with any,
+    # oldest first
     minutes: tuple = ()
+    retried: int = 0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -63,20 +75,21 @@ def bucket(seconds: float) -> int:
 
 
 # A transaction's counts, summed before they are written (``counts.Tally`` keeps them):
-# type -> [{wait bucket: jobs started}, jobs finished, jobs failed]
+# type -> [{wait bucket: jobs started}, runs finished, failed, retried]
 
 
 def started(rated: dict, type: str, waits: list[float]) -> None:
     """Count in ``rated`` jobs of ``type`` started now that waited ``waits`` seconds each."""
-    buckets = rated.setdefault(type, [{}, 0, 0])[0]
+    buckets = rated.setdefault(type, [{}, 0, 0, 0])[0]
     for w in waits:
         b = bucket(w)
         buckets[b] = buckets.get(b, 0) + 1
 
 
-def finished(rated: dict, type: str, failed: bool, n: int = 1) -> None:
-    """Count in ``rated`` ``n`` jobs of ``type`` finished (or failed) now."""
-    rated.setdefault(type, [{}, 0, 0])[2 if failed else 1] += n
+def finished(rated: dict, type: str, failed: bool, n: int = 1, *, retried: bool = False) -> None:
+    """Count in ``rated`` ``n`` runs of ``type`` ended now: finished, ``failed`` for good,
+    or ``retried`` (failed, and the job runs again)."""
+    rated.setdefault(type, [{}, 0, 0, 0])[3 if retried else 2 if failed else 1] += n
 
 
 def write(tr, shard: int, rated: dict) -> None:
@@ -84,13 +97,14 @@ def write(tr, shard: int, rated: dict) -> None:
     the finishes riding the first (or bucket None's when no job started)."""
     minute = int(time.time() // 60)
     s = pack_int(shard)
-    for type, (buckets, n_finished, n_failed) in rated.items():
-        done = n_finished << _LANE | n_failed << 2 * _LANE
+    size = _LANES * _LANE // 8
+    for type, (buckets, n_finished, n_failed, n_retried) in rated.items():
+        done = n_finished << _LANE | n_failed << 2 * _LANE | n_retried << 3 * _LANE
         for b, n in buckets.items():
-            tr.add(_prefix(type, minute, b) + s, (n | done).to_bytes(24, "little"))
+            tr.add(_prefix(type, minute, b) + s, (n | done).to_bytes(size, "little"))
             done = 0
         if done:
-            tr.add(_prefix(type, minute, None) + s, done.to_bytes(24, "little"))
+            tr.add(_prefix(type, minute, None) + s, done.to_bytes(size, "little"))
 
 
 def read(tr, type: str, now: float) -> Rates:
@@ -98,16 +112,16 @@ def read(tr, type: str, now: float) -> Rates:
     begin = keys.RATES.pack((type, int((now - KEEP) // 60) + 1))
     end = strinc(keys.RATES.pack((type,)))
     waits: dict[int, int] = {}
-    per_minute: dict[int, list[int]] = {}  # minute -> [started, finished, failed]
+    per_minute: dict[int, list[int]] = {}  # minute -> [started, finished, failed, retried]
     lane = (1 << _LANE) - 1
     for key, value in tr.snapshot.get_range(begin, end):
         _type, minute, kind, _shard = keys.RATES.unpack(key)
         n = int.from_bytes(value, "little")
-        counts = per_minute.setdefault(minute, [0, 0, 0])
-        if kind is None or isinstance(kind, int):  # (started, finished, failed)
+        counts = per_minute.setdefault(minute, [0, 0, 0, 0])
+        if kind is None or isinstance(kind, int):  # (started, finished, failed, retried)
             if kind is not None:
                 waits[kind] = waits.get(kind, 0) + (n & lane)
-            for i in range(3):
+            for i in range(_LANES):
                 counts[i] += n >> i * _LANE & lane
         elif isinstance(kind, tuple):  # an earlier version's ("wait", bucket)
             waits[kind[1]] = waits.get(kind[1], 0) + n
@@ -116,7 +130,7 @@ def read(tr, type: str, now: float) -> Rates:
             counts[1 if kind == "finished" else 2] += n
     minutes = tuple((m * 60.0, *c) for m, c in sorted(per_minute.items()))
     return Rates(sum(m[2] for m in minutes), sum(m[3] for m in minutes), _quantile(waits, 0.5),
-                 _quantile(waits, 0.99), sum(waits.values()), minutes)
+                 _quantile(waits, 0.99), sum(waits.values()), minutes, sum(m[4] for m in minutes))
 
 
 def _quantile(histogram: dict[int, int], q: float) -> float | None:

@@ -123,7 +123,7 @@ class TypeStatus:
     running_slots: int | None = None  # jobs holding one of its running slots (None: no concurrency limit)
     started_in_period: int | None = None  # jobs started in the last rate period (None: no rate limit)
     keys: KeyPlaces = field(default_factory=KeyPlaces)  # its job keys with pending jobs, per place
-    last_hour: Rates = field(default_factory=Rates)  # jobs finished and failed, start waits (rates.py)
+    last_hour: Rates = field(default_factory=Rates)  # runs finished (succeeded), failed, retried; start waits (rates.py)
 
 
 @dataclass(frozen=True)

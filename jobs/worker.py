@@ -110,7 +110,8 @@ def finish(tr, job: Job, data: dict | None = None, *, failed: bool | str = False
     its lost-worker count starts over).  ``failed``: the run failed for good (True, or a
     one-line reason); unless it is made pending again, the job is indexed as failed
     (counted by ``jobsctl status``, listed by ``jobsctl list --failed``) until it is re-added,
-    resubmitted or removed.  Raises
+    resubmitted or removed.  A failed run of a job made pending again (a retry) is counted
+    in the last hour's rates as retried, neither finished nor failed.  Raises
     Halt when the job is no longer this worker's (nothing is written then), ForeignJobError
     for a Job of another store, JobDataError for bad data.  Finishing again with the same
     Job, e.g. in a transaction retried after 1021, is a no-op while nobody changed the job
@@ -197,7 +198,8 @@ def _finish_row(tr, job: Job, row: Row | None, raw: bytes | None, failed, retain
         if failed or value_of(retained[job.type]) is not None:  # (failed jobs are always indexed)
             finished_index.mark(tr, job.type, job.id, bool(failed))
         tally.changed(tr, job.type, job.id, "failed" if failed else "finished", 1)
-    tally.finished(job.type, bool(failed) and not row.resubmit)
+    # (a failed run of a job made pending again is retried, not finished: rates.py)
+    tally.finished(job.type, bool(failed) and not row.resubmit, retried=bool(failed) and row.resubmit)
     return True
 
 

@@ -177,15 +177,19 @@ def controls(st: status_mod.Status) -> list[str]:
     if keyed:
         out.append("job keys with pending jobs (each key takes its turn):\n" + "\n".join(keyed))
     busy = [printable(f"{t.type}: {last_hour(t.last_hour)}") for t in st.types if t.last_hour.started or
-            t.last_hour.finished or t.last_hour.failed]
+            t.last_hour.finished or t.last_hour.failed or t.last_hour.retried]
     if busy:
         out.append("last hour (wait: from due to started, within 25%):\n" + "\n".join(busy))
     return out
 
 
 def last_hour(r) -> str:
-    """``120 started, 118 finished, 2 failed; wait p50 12 ms, p99 1.2 s``."""
+    """``120 started, 115 finished, 2 failed, 3 retried; wait p50 12 ms, p99 1.2 s``: runs
+    started, and ended as succeeded, failed for good, or failed to run again (shown when
+    there are any)."""
     text = f"{r.started} started, {r.finished} finished, {r.failed} failed"
+    if r.retried:
+        text += f", {r.retried} retried"
     if r.wait_p50 is not None:
         text += f"; wait p50 {wait(r.wait_p50)}, p99 {wait(r.wait_p99)}"
     return text

@@ -12,7 +12,7 @@ import time
 from jobs import status
 
 TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "failed", "lost",
-                "last change", "last hour: started / finished / failed", "finished and failed per minute",
+                "last change", "last hour: started / finished / failed (retried)", "finished and failed per minute",
                 "start wait p50 / p99", "actions"]
 RUNNING_HEADERS = ["type", "id", "last activity", "actions"]
 FAILURE_HEADERS = ["type", "id", "failed at", "last error", "actions"]
@@ -47,7 +47,7 @@ svg.minutes .finished { fill: #3a7; } svg.minutes .failed { fill: #c33; }
 <pre id="job" hidden></pre>
 <script>
 const secs = v => v === null ? "-" : v.toFixed(1) + " s";
-const hour = h => h.started + " / " + h.finished + " / " + h.failed;
+const hour = h => h.started + " / " + h.finished + " / " + h.failed + (h.retried ? " (" + h.retried + " retried)" : "");
 const wait = s => s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(1) + " s";
 const waits = h => h.wait_p50 === null ? "-" : wait(h.wait_p50) + " / " + wait(h.wait_p99);
 const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
@@ -159,7 +159,9 @@ def _ago(a: status.Activity | None) -> str:
 
 
 def _hour(h) -> str:
-    return f"{h.started} / {h.finished} / {h.failed}"
+    """``started / finished / failed``, and the retried runs when there are any (as the
+    script's ``hour``)."""
+    return f"{h.started} / {h.finished} / {h.failed}" + (f" ({h.retried} retried)" if h.retried else "")
 
 
 def _wait(s: float) -> str:
@@ -192,9 +194,9 @@ BAR, WIDTH, HEIGHT = 2, 120, 24  # one bar of BAR pixels per minute: the last WI
 def _minutes_svg(minutes: tuple, now: float) -> _Markup:
     """The last hour per minute as bars: finished, and failed on top (the script's
     ``minutes`` draws the same)."""
-    top = max([1] + [f + x for _start, _s, f, x in minutes])
+    top = max([1] + [m[2] + m[3] for m in minutes])
     bars = []
-    for start, _started, finished, failed in minutes:
+    for start, _started, finished, failed, *_retried in minutes:
         x = WIDTH - BAR * (int(now // 60) - int(start // 60) + 1)
         y = HEIGHT
         for n, kind in ((finished, "finished"), (failed, "failed")):

@@ -1,7 +1,8 @@
 """A job as people see it, the same in ``jobsctl show --json``, ``jobsctl list`` and the status
 server's ``GET /api/jobs/{type}/{id}`` (the dashboard's drill-in): its ``JobInfo``
 fields, then what the store knows of its run and when things happened to it, the unknown
-left out."""
+left out.  A failed job's state is ``"failed"`` here, as ``jobsctl status`` and the
+dashboard count it (the job API's state stays couch_jobs' ``"finished"``)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,10 @@ def job_document(tr, type: str, job_id: str) -> dict:
     """The whole document of one job, read in one transaction.  Raises NotFound."""
 
     def body(tr):
-        return {**job_doc(jobs.get_job(tr, type, job_id)), **run_doc(get_run_info(tr, type, job_id)),
-                **times_doc(get_times(tr, type, job_id))}
+        doc = {**job_doc(jobs.get_job(tr, type, job_id)), **run_doc(get_run_info(tr, type, job_id)),
+               **times_doc(get_times(tr, type, job_id))}
+        if doc["state"] == "finished" and "failed" in doc:
+            doc["state"] = "failed"
+        return doc
 
     return jobs.transactional(body)(tr)

@@ -29,8 +29,10 @@ GAUGES = (
 )
 
 RATE_GAUGES = (  # the last hour, from jobs/rates.py's per-minute counters
-    ("jobs_finished_last_hour", "finished", "Jobs of the type that finished (without failing) in the last hour."),
+    ("jobs_finished_last_hour", "finished", "Runs of the type that succeeded in the last hour."),
     ("jobs_failed_last_hour", "failed", "Jobs of the type that failed for good in the last hour."),
+    ("jobs_retried_last_hour", "retried",
+     "Runs of the type that failed in the last hour, their job to run again (a retry, or a recurring job's next run)."),
     ("jobs_started_last_hour", "started", "Jobs of the type accepted in the last hour."),
 )
 

@@ -90,7 +90,8 @@ def error_info(exc: BaseException) -> dict:
 class Outcome:
     """What to write for a run that ended: finish with ``data``, and make the job pending
     again at ``again_at`` (None: it stays finished; as failed, with the reason ``failed``
-    when that is not empty)."""
+    when that is not empty).  ``failed`` with ``again_at``: the run failed and the job runs
+    again (a retry, or a recurring job's next run), counted as retried, not finished."""
 
     data: dict | None
     again_at: float | None = None
@@ -116,13 +117,14 @@ def after_failure(data: dict, exc: BaseException, retry: Retry, every: float | N
     params, task = split(data)
     attempts = int(task.get("attempts", 0)) + 1
     error = error_info(exc)
+    reason = f"{error['type']}: {error['message']}".splitlines()[0]
     if attempts < retry.max_attempts:
         task = {**task, "attempts": attempts, "last_error": error}
-        return Outcome({**params, TASK_KEY: task}, time.time() + retry.delay(attempts))
+        return Outcome({**params, TASK_KEY: task}, time.time() + retry.delay(attempts), failed=reason)
     if every is not None or cron:
-        return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), _again(every))
+        return Outcome(_recurring(params, task, {"last_error": error, "failed": True}), _again(every), failed=reason)
     return Outcome({**params, TASK_KEY: {**task, "attempts": attempts, "last_error": error, "failed": True}},
-                   failed=f"{error['type']}: {error['message']}".splitlines()[0])
+                   failed=reason)
 
 
 LAST_ATTEMPT = Retry(max_attempts=1)  # after_failure's policy for a run that is not retried

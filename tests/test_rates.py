@@ -81,11 +81,11 @@ def test_an_accept_carrying_a_finish_adds_to_one_rate_key(db):
     assert keys.RATES.unpack(write.key)[2] is None  # (no job started in that transaction)
     r = last_hour(db)
     assert (r.started, r.finished, r.failed) == (2, 1, 1)
-    assert [m[1:] for m in r.minutes] in ([(2, 1, 1)], [(1, 1, 0), (1, 0, 1)], [(2, 1, 0), (0, 0, 1)])
+    assert [m[1:] for m in r.minutes] in ([(2, 1, 1, 0)], [(1, 1, 0, 0), (1, 0, 1, 0)], [(2, 1, 0, 0), (0, 0, 1, 0)])
 
 
 def test_counters_of_one_key_never_spill_into_each_other(db):
-    """The three counters of a key are added as one 24-byte integer: counts near their
+    """The four counters of a key are added as one 32-byte integer: counts near their
     lane's size, added many times, stay each in its own."""
     big = (1 << 62) + 12345
 
@@ -94,12 +94,54 @@ def test_counters_of_one_key_never_spill_into_each_other(db):
         rates.started(rated, T, [0.0] * 3)
         rates.finished(rated, T, False, big)
         rates.finished(rated, T, True, big - 1)
+        rates.finished(rated, T, False, big - 2, retried=True)
         rates.write(tr, 0, rated)
 
     for _ in range(3):
         run(db, write)
     r = last_hour(db)
-    assert (r.started, r.finished, r.failed) == (9, 3 * big, 3 * (big - 1))
+    assert (r.started, r.finished, r.failed, r.retried) == (9, 3 * big, 3 * (big - 1), 3 * (big - 2))
+
+
+def test_a_failed_run_of_a_job_that_runs_again_is_retried_not_finished(db):
+    """A run that failed and whose job was made pending again (a retry) is counted as
+    retried: the last hour's finished are the runs that succeeded, as jobsctl status's
+    FINISHED column counts jobs that succeeded."""
+    jobs.add_many(db, T, ["again", "done", "bad"])
+    again = jobs.accept(db, T, timeout=0)
+
+    @jobs.transactional
+    def retry(tr, job):
+        jobs.resubmit(tr, job, scheduled_time=0)
+        jobs.finish(tr, job, failed="boom, to run again")
+
+    retry(db, again)
+    jobs.finish(db, jobs.accept(db, T, timeout=0))
+    jobs.finish(db, jobs.accept(db, T, timeout=0), failed="boom")
+    r = last_hour(db)
+    assert (r.started, r.finished, r.failed, r.retried) == (3, 1, 1, 1)
+    assert sum(m[4] for m in r.minutes) == 1
+    st = status.gather(db)
+    assert (st.types[0].finished, st.types[0].failed, st.types[0].pending) == (1, 1, 1)
+
+
+def test_a_key_an_earlier_release_added_three_counters_to_is_read(db):
+    """An earlier release added 24 bytes (started, finished, failed) to the same keys: a
+    key it added to and this release adds to as well is read with every count."""
+    minute = int(time.time() // 60)
+    key = keys.RATES.pack((T, minute, None)) + pack_int(0)
+    earlier = (2 << 64 | 1 << 128).to_bytes(24, "little")  # 2 finished, 1 failed
+
+    def write(tr):
+        tr.add(key, earlier)
+        rated = {}
+        rates.finished(rated, T, False, 5, retried=True)
+        rates.finished(rated, T, False, 3)
+        rates.write(tr, 0, rated)
+
+    run(db, write)
+    r = last_hour(db)
+    assert (r.started, r.finished, r.failed, r.retried) == (0, 5, 1, 5)
 
 
 def test_an_earlier_versions_keys_are_read_with_the_new_ones(db):
