@@ -12,7 +12,8 @@ Path segments are percent-encoded (an id may hold ``/``).  Every ``/api`` reques
 with a wrong one); a server without one is read-only (403 on every POST) and serves the
 job route to loopback clients only (it binds nothing else: ``StatusServer``).  Bearer
 tokens are never sent by a browser on its own, so another site cannot forge a request
-(CSRF); a POST whose ``Origin`` is not this server's is refused all the same.
+(CSRF); a POST whose ``Origin`` is not this server's is refused all the same (403, naming
+the Origin).  Another method on a route is 405, with the route's ``Allow``.
 
 What an action does is an :class:`Actions` object's: :class:`JobActions` uses the job
 layer alone; the ``jobs`` command passes processors' (``processors.failures.TaskActions``),
@@ -114,6 +115,18 @@ def route(method: str, path: str) -> tuple[str, tuple[str, ...]] | None:
         return parts[3], (parts[1], parts[2])
     if method in ("GET", "HEAD") and len(parts) == 3 and parts[0] == "jobs":
         return "job", (parts[1], parts[2])
+    return None
+
+
+def allowed(path: str) -> str | None:
+    """The methods of the ``/api`` route ``path`` names, for a request that used another
+    (``"POST"`` for an action, ``"GET, HEAD"`` for a job); None when it names none."""
+    for method, allow in (("POST", "POST"), ("GET", "GET, HEAD")):
+        try:
+            if route(method, path) is not None:
+                return allow
+        except ValueError:
+            return None
     return None
 
 

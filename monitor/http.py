@@ -209,16 +209,23 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             return self._json(400, {"error": f"bad path {self.path!r}: {exc}"})
         if found is None:
-            return self._json(404, {"error": f"no such action: {self.command} {urlsplit(self.path).path}"})
+            path, allow = urlsplit(self.path).path, api.allowed(self.path)
+            if allow is not None:  # a route, asked with another method
+                return self._json(405, {"error": f"method {self.command} not allowed on {path}; use {allow}"},
+                                  Allow=allow)
+            return self._json(404, {"error": f"no such action: {self.command} {path}"})
         action, args = found
         write = action != "job"
         refused = api.authorised(owner.token, self.headers.get("Authorization"),
                                  api.is_loopback(self.client_address[0]), write)
-        if refused is None and write and not api.same_origin(self.headers.get("Origin"), self.headers.get("Host")):
-            refused = 403
         if refused is not None:
             reason = "read-only server (no token)" if owner.token is None else "a valid bearer token is needed"
             return self._json(refused, {"error": reason}, **({"WWW-Authenticate": "Bearer"} if refused == 401 else {}))
+        origin, host = self.headers.get("Origin"), self.headers.get("Host")
+        if write and not api.same_origin(origin, host):
+            pages = f"http://{host}" if host else "its own address"
+            return self._json(403, {"error": f"the Origin {origin!r} is refused: actions come from this server's "
+                                             f"own pages ({pages}) or from clients that send no Origin"})
         self._act(owner, action, args)
 
     def _act(self, owner: StatusServer, action: str, args: tuple[str, ...]) -> None:
@@ -239,10 +246,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, JSON, orjson.dumps(doc), **headers)
 
     def __getattr__(self, name: str):
-        """Every other method (``do_POST``, ``do_FOO``...): 405 rather than http.server's 501."""
+        """Every other method (``do_PUT``, ``do_FOO``...): 405 rather than http.server's 501
+        (an ``/api`` route's with its own ``Allow``)."""
         if name.startswith("do_"):
-            return self._not_allowed
+            return self._other_method
         raise AttributeError(name)
+
+    def _other_method(self) -> None:
+        if urlsplit(self.path).path.startswith("/api/"):
+            return self._api(self.server.owner)
+        self._not_allowed()
 
     def _not_allowed(self) -> None:
         self._send(405, TEXT, f"method {self.command} not allowed; use {ALLOW}\n", Allow=ALLOW)

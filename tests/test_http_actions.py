@@ -70,8 +70,14 @@ def test_no_token_is_401_a_wrong_one_403_and_nothing_changes(store, server):
 
 
 def test_a_foreign_origin_is_refused(store, server):
-    status, _, _ = call(server, "POST", f"/api/types/{T}/pause", Origin="http://evil.example")
+    status, _, doc = call(server, "POST", f"/api/types/{T}/pause", Origin="http://evil.example")
     assert status == 403 and not jobs.is_paused(store, T)
+    # the token is good: the error says the Origin is the reason, and names it
+    assert doc["error"] == (f"the Origin 'http://evil.example' is refused: actions come from this server's own "
+                            f"pages (http://127.0.0.1:{server.port}) or from clients that send no Origin")
+    status, _, doc = call(server, "POST", f"/api/types/{T}/pause", token="not-the-token-at-all",
+                          Origin="http://evil.example")
+    assert status == 403 and doc["error"] == "a valid bearer token is needed"
     here = f"http://127.0.0.1:{server.port}"
     assert call(server, "POST", f"/api/types/{T}/pause", Origin=here)[0] == 200
 
@@ -108,9 +114,26 @@ def test_cancel_a_running_job_and_drill_into_one(store, server):
 
 def test_unknown_routes_and_methods(server):
     assert call(server, "POST", f"/api/types/{T}/explode")[0] == 404
-    assert call(server, "GET", f"/api/types/{T}/pause")[0] == 404  # actions are POSTs
+    assert call(server, "GET", f"/api/types/{T}/explode")[0] == 404
     assert call(server, "POST", "/api/jobs//x/retry")[0] == 400
     assert call(server, "POST", "/status")[0] == 405
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+@pytest.mark.parametrize("path", [f"/api/types/{T}/pause", f"/api/types/{T}/resume", f"/api/jobs/{T}/j/retry",
+                                  f"/api/jobs/{T}/j/discard", f"/api/jobs/{T}/j/cancel"])
+def test_another_method_on_an_action_is_405_with_allow_post(store, server, method, path):
+    jobs.add(store, T, "j")
+    status, headers, doc = call(server, method, path)
+    assert status == 405 and headers["Allow"] == "POST"
+    assert doc == {"error": f"method {method} not allowed on {path}; use POST"}
+    assert not jobs.is_paused(store, T) and jobs.get_job(store, T, "j").state == "pending"
+
+
+def test_a_post_on_a_job_is_405_with_allow_get(store, server):
+    jobs.add(store, T, "j")
+    status, headers, _ = call(server, "POST", f"/api/jobs/{T}/j")
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
 
 
 def test_a_server_without_a_token_is_read_only(store):
