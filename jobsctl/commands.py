@@ -11,6 +11,7 @@ from jobs.engine.transactional import run as run_transaction
 from jobs.engine.urls import describe_store
 
 from .arguments import data_object
+from .views import warn
 from monitor.documents import job_doc, job_document
 
 @contextlib.contextmanager
@@ -112,16 +113,36 @@ def cmd_set_timeout(args):
     return {"type": args.type, "timeout": args.seconds}
 
 
+@jobs.transactional
+def _pause(tr, type: str) -> bool:
+    """Pause ``type``; whether the store knew it (a timeout, jobs, limits, a pause)."""
+    known = type in status_mod.job_types(tr)
+    jobs.pause(tr, type)
+    return known
+
+
+@jobs.transactional
+def _resume(tr, type: str) -> bool:
+    """Resume ``type``; whether it was paused."""
+    was_paused = jobs.is_paused(tr, type)
+    jobs.resume(tr, type)
+    return was_paused
+
+
 def cmd_pause(args):
+    """Pause TYPE; a type the store has never seen is paused all the same (ahead of its
+    workers' deployment), with a warning on stderr: its name may be mistyped."""
     with open_store(args) as db:
-        jobs.pause(db, args.type)
+        if not _pause(db, args.type):
+            warn(f"type {args.type!r} is unknown in {describe_store(db)} (no timeout, no jobs, no limits): "
+                 "paused all the same, for workers still to come; check the name")
     return {"type": args.type, "paused": True}
 
 
 def cmd_resume(args):
     with open_store(args, create=False) as db:
-        jobs.resume(db, args.type)
-    return {"type": args.type, "paused": False}
+        was_paused = _resume(db, args.type)
+    return {"type": args.type, "paused": False, "was_paused": was_paused}
 
 
 def cmd_migrate(args):

@@ -226,6 +226,12 @@ def human_failed(docs: list[dict]) -> str:
     return table(["TYPE", "ID", "FAILED", "LAST ERROR"], rows) if rows else "(no failed jobs)"
 
 
+def warn(line: str) -> None:
+    """``jobsctl: warning: ...`` on stderr: the command went on (exit status 0), but what it
+    was given looks wrong; said in --json mode too (stdout holds the document)."""
+    print(f"jobsctl: warning: {line}", file=sys.stderr, flush=True)
+
+
 def say(args, line: str, err: bool = False) -> None:
     """Progress for people; nothing in --json mode (stdout holds one document)."""
     if not args.json:
@@ -260,7 +266,8 @@ HUMAN = {
     "migrate": lambda d: "\n".join([printable(f"{t}: {n} pending jobs moved into priority 0") for t, n in
                                      sorted(d["moved"].items())] or ["nothing to move"]),
     "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobsctl resume {d['type']}'"),
-    "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again"),
+    "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again" if d.get("was_paused", True)
+                                  else f"{d['type']} was not paused: nothing to resume (workers take its jobs)"),
     "monitor": lambda d: printable(
         f"stopped; re-enqueued {d['reenqueued']} job(s)" + (f", pruned {d['pruned']}" if d["pruned"] else "")
         + (f", {d['failed_passes']} pass(es) failed" if d["failed_passes"] else "")

@@ -341,7 +341,7 @@ def test_pause_and_resume(capsys, url, db):
     code, out, _ = run(capsys, "--store", url, "resume", "t")
     assert code == 0 and out.strip() == "resumed t: workers take its jobs again"
     assert not jobs.is_paused(db, "t") and jobs.accept(db, "t", timeout=0).id == "a"
-    assert run_json(capsys, "--store", url, "resume", "later") == {"type": "later", "paused": False}
+    assert run_json(capsys, "--store", url, "resume", "later") == {"type": "later", "paused": False, "was_paused": True}
     code, out, _ = run(capsys, "--store", url, "status")
     assert "paused types" not in out
     code, _, err = run(capsys, "--store", url, "pause")
@@ -351,6 +351,37 @@ def test_pause_and_resume(capsys, url, db):
     nowhere = "sqlite:" + str(Path(url[len("sqlite:"):]).parent / "nosuch.sqlite")
     code, _, err = run(capsys, "--store", nowhere, "resume", "t")
     assert code == 1 and "jobsctl: error:" in err and not Path(nowhere[len("sqlite:"):]).exists()
+
+
+def test_pausing_a_type_the_store_has_never_seen_warns(capsys, url, db):
+    """Pausing ahead of deployment is legitimate (exit status 0, the type is paused), but a
+    mistyped name is likelier: stderr says the store does not know it."""
+    jobs.set_type_timeout(db, "email", 30)
+    code, out, err = run(capsys, "--store", url, "pause", "emial")
+    assert code == 0 and out.strip() == "paused emial: no worker takes its jobs until 'jobsctl resume emial'"
+    assert err == (f"jobsctl: warning: type 'emial' is unknown in the store {url} (named when opened; JOBS_STORE "
+                   "not read) (no timeout, no jobs, no limits): paused all the same, for workers still to come; "
+                   "check the name\n")
+    assert jobs.is_paused(db, "emial")
+    code, out, err = run(capsys, "--store", url, "--json", "pause", "emial")  # known now: paused
+    assert code == 0 and err == ""
+    code, out, err = run(capsys, "--store", url, "pause", "email")
+    assert code == 0 and err == ""
+    jobs.add(db, "email", "a")
+    jobs.resume(db, "email")
+    jobs.clear_type_timeout(db, "email")  # a type with jobs is known without a timeout
+    code, out, err = run(capsys, "--store", url, "pause", "email")
+    assert code == 0 and err == ""
+
+
+def test_resuming_a_type_that_is_not_paused_says_so(capsys, url, db):
+    jobs.set_type_timeout(db, "t", 30)
+    code, out, err = run(capsys, "--store", url, "resume", "t")
+    assert code == 0 and err == "" and out.strip() == "t was not paused: nothing to resume (workers take its jobs)"
+    assert run_json(capsys, "--store", url, "resume", "t") == {"type": "t", "paused": False, "was_paused": False}
+    jobs.pause(db, "t")
+    assert run_json(capsys, "--store", url, "resume", "t") == {"type": "t", "paused": False, "was_paused": True}
+
 
 
 def test_status_counts_past_one_page(capsys, url, db, monkeypatch):
