@@ -34,7 +34,7 @@ from .commands import cmd_migrate, cmd_pause, cmd_resume
 from .services import cmd_monitor, cmd_serve_status, cmd_worker
 from .views import HUMAN
 
-STATES = ("pending", "running", "finished")
+STATES = ("pending", "running", "finished", "failed")  # (as people see them: failed jobs are not "finished")
 HUMAN = {**HUMAN, **RETENTION_HUMAN, **LIMITS_HUMAN, **WORKERS_HUMAN}
 GC_GRACE = 600.0  # `gc --grace` default: pipeline.collector.DEFAULT_GRACE (checked by a test)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import pending, schedules, status as status_mod, store
+from jobs import failed as failed_index, pending, schedules, status as status_mod, store
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.urls import describe_store
 
@@ -66,10 +66,21 @@ def cmd_list(args):
     with open_store(args, create=False) as db:
         if args.failed:
             return failed_list(db, args.type)
-        unreadable: list = []
-        infos = jobs.get_jobs(db, args.type, unreadable=unreadable)
-    docs = [job_doc(i) for i in infos if args.state is None or i.state == args.state]
+        infos, failed, unreadable = _jobs_listed(db, args.type)
+    docs = [{**job_doc(i), "state": "failed"} if (i.type, i.id) in failed else job_doc(i) for i in infos]
+    docs = [d for d in docs if args.state is None or d["state"] == args.state]
     return Incomplete(docs, [error for _t, _i, error in unreadable]) if unreadable else docs
+
+
+@jobs.transactional
+def _jobs_listed(tr, type: str | None):
+    """Every job (of ``type``), the ``(type, id)`` of the failed ones (listed as state
+    ``failed``, as ``jobsctl show`` and ``status`` count them), and the unreadable ones."""
+    unreadable: list = []  # (this attempt's)
+    infos = jobs.get_jobs(tr, type, unreadable=unreadable)
+    types = sorted({i.type for i in infos if i.state == "finished"})
+    failed = {(t, job_id) for t in types for job_id, _at, _reason in failed_index.listed(tr, t)}
+    return infos, failed, unreadable
 
 
 def failed_list(db, type: str | None) -> list[dict]:

@@ -218,6 +218,21 @@ def test_list_shows_the_jobs_it_can_read_and_names_the_others(capsys, url, db, a
     assert ids == ["f", "r", "x"]
 
 
+def test_list_says_failed_for_a_failed_job(capsys, url, db):
+    """As jobsctl show and status: a failed job is listed as failed, not finished, and
+    --state tells them apart."""
+    jobs.set_type_timeout(db, "t", 30)
+    jobs.add_many(db, "t", ["bad", "ok", "waiting"])
+    jobs.finish(db, jobs.accept(db, "t", timeout=0), failed="boom")
+    jobs.finish(db, jobs.accept(db, "t", timeout=0))
+    assert [(d["id"], d["state"]) for d in run_json(capsys, "--store", url, "list")] == [
+        ("bad", "failed"), ("ok", "finished"), ("waiting", "pending")]
+    assert [d["id"] for d in run_json(capsys, "--store", url, "list", "--state", "failed")] == ["bad"]
+    assert [d["id"] for d in run_json(capsys, "--store", url, "list", "t", "--state", "finished")] == ["ok"]
+    code, out, _ = run(capsys, "--store", url, "list")
+    assert [line.split()[:3] for line in out.splitlines()][1] == ["t", "bad", "failed"]
+
+
 def test_remove(capsys, url, db):
     jobs.set_type_timeout(db, "t", 30)
     jobs.add(db, "t", "a")
