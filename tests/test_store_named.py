@@ -120,3 +120,18 @@ def test_a_processor_names_the_store_of_a_type_without_timeout(elsewhere):
             p.run(signals=False)
     assert str(caught.value).startswith(f"type 'no-timeout' has no timeout in the store "
                                         f"sqlite:{elsewhere / '.jobs' / 'jobs.sqlite'} {DEFAULT_NOTE}: ")
+
+
+def test_a_store_that_cannot_be_opened_says_how_its_url_was_chosen(elsewhere, monkeypatch, capsys):
+    with pytest.raises(jobs.StoreOpenError) as caught:
+        jobs.open(create=False)
+    assert str(caught.value) == (f"cannot open store 'sqlite:.jobs/jobs.sqlite' (JOBS_STORE unset: the default in "
+                                 f"the working directory {elsewhere}): store file '.jobs/jobs.sqlite' does not "
+                                 "exist; check the path")
+    assert cli.main(["status"]) == 1
+    assert capsys.readouterr().err == f"jobsctl: error: {caught.value}\n"
+    monkeypatch.setenv(ENV_VAR, "typo")
+    with pytest.raises(jobs.StoreOpenError, match=r"^bad store URL 'typo' \(chosen by JOBS_STORE\): expected "):
+        jobs.open()
+    with pytest.raises(jobs.StoreOpenError, match=r"^bad store URL 'typo': expected "):
+        jobs.open("typo")  # (named by the caller: no note)

@@ -81,8 +81,15 @@ def open_database(url: str | None = None, *, create: bool = True):
     if url is None:
         chosen = f"{ENV_VAR} unset: the default in the working directory" if is_default else f"chosen by {ENV_VAR}"
         url = default_url()
-    else:
-        chosen = f"named when opened; {ENV_VAR} not read"
+        try:
+            return _open(url, create, chosen, is_default)
+        except StoreOpenError as exc:  # which store, and why that one: the URL was not the caller's
+            where = f"{chosen} {os.getcwd()}" if is_default else chosen
+            raise StoreOpenError(str(exc).replace(repr(url), f"{url!r} ({where})", 1)) from exc
+    return _open(url, create, f"named when opened; {ENV_VAR} not read", False)
+
+
+def _open(url: str, create: bool, chosen: str, is_default: bool):
     scheme, path = parse_url(url)
     if scheme == "fdb":
         try:
