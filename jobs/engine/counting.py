@@ -34,9 +34,9 @@ import threading
 
 from .fdbapi import strinc
 from .futures import value_of
+from .items import Items, ReadItems
 from .wrapping import MUTATORS, WrappedDatabase, delegate
 
-_END = b"\xff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +120,7 @@ class CountingDatabase(WrappedDatabase):
         return f"CountingDatabase({self.db!r})"
 
 
-class _CountedReads:
+class _CountedReads(ReadItems):
     """The reads of a transaction (``conflicts=True``) or of its snapshot, counted into the
     transaction's current tally."""
 
@@ -165,11 +165,6 @@ class _CountedReads:
     def get_read_version(self):
         return self._reads.get_read_version()
 
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or _END)
-        return self.get(key)
-
 
 class _CountedRange:
     """A range read's rows, counted as they are iterated; its conflict range is settled
@@ -206,7 +201,7 @@ class _CountedRange:
         return getattr(self._rows, name)
 
 
-class CountingTransaction:
+class CountingTransaction(Items):
     """A transaction of a :class:`CountingDatabase`: the wrapped one, counted."""
 
     def __init__(self, db: CountingDatabase, tr):
@@ -238,18 +233,6 @@ class CountingTransaction:
 
     def get_read_version(self):
         return self._tr.get_read_version()
-
-    def __getitem__(self, key):
-        return self._reads[key]
-
-    def __setitem__(self, key, value) -> None:
-        self.set(key, value)
-
-    def __delitem__(self, key) -> None:
-        if isinstance(key, slice):
-            self.clear_range(key.start or b"", key.stop or _END)
-        else:
-            self.clear(key)
 
     def add_read_conflict_key(self, key) -> None:
         self.tally.read_conflicts.append((key, key + b"\x00"))

@@ -38,6 +38,7 @@ import threading
 from . import errors as E
 from .errors import FDBError
 from .futures import Future, copy_outcome
+from .items import Items
 from .latency import LateReads, commit_later
 from .wrapping import MUTATORS, READS, WrappedDatabase, delegate
 
@@ -129,7 +130,7 @@ def _latency(name: str, seconds) -> float:
     return float(seconds)
 
 
-class FaultInjectingTransaction:
+class FaultInjectingTransaction(Items):
     """A transaction of the wrapped database whose ``commit`` may fail on purpose; every
     other attribute is the wrapped transaction's."""
 
@@ -216,16 +217,6 @@ class FaultInjectingTransaction:
         self._pending = []
         self._fresh_reads()
         self._tr.reset()
-
-    def __setitem__(self, key, value) -> None:
-        self.set(key, value)
-
-    def __delitem__(self, key) -> None:
-        self._writes = True
-        self._tr.__delitem__(key)
-
-    def __getitem__(self, key):
-        return self._reads[key]
 
     def __repr__(self) -> str:
         return f"FaultInjectingTransaction({self._tr!r})"

@@ -24,6 +24,7 @@ import threading
 import time
 
 from .futures import Future, copy_outcome
+from .items import ReadItems
 
 
 class _Timer:
@@ -135,7 +136,7 @@ class LateRange(Late):
         return list(self)
 
 
-class LateReads:
+class LateReads(ReadItems):
     """The reads of a transaction, or of its ``snapshot`` (which shares the read version),
     each answered a round trip of ``seconds`` after it is issued.  The transaction's first
     read (or ``get_read_version``) also waits for its read version, a round trip of its own;
@@ -174,8 +175,3 @@ class LateReads:
     def get_read_version(self) -> Late:
         self._answer()
         return Late(self._reads.get_read_version(), self._version[0] - time.monotonic())
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or b"\xff")
-        return self.get(key)

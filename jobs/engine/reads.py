@@ -13,6 +13,7 @@ from .atomic import apply_ops
 from .errors import FDBError
 from .fdbapi import KeySelector, KeyValue
 from .futures import DeferredValue, Future, RangeResult, Value
+from .items import ReadItems
 from .keyvalues import stored_values, strinc_or_end, to_key
 from .limits import TRANSACTION_SIZE_LIMIT
 from .options import TransactionOptions
@@ -58,7 +59,7 @@ def _begin_snapshot(conn, db) -> int:
     return version
 
 
-class TransactionRead:
+class TransactionRead(ReadItems):
     """The state and the reads of a transaction on the embedded store (its writes, watches
     and commit: ``transaction.Transaction``).  Not thread-safe."""
 
@@ -242,11 +243,6 @@ class TransactionRead:
 
     def get(self, key) -> Value:
         return self._get(key, False)
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or b"\xff")
-        return self.get(key)
 
     def _scan(self, begin: bytes, end: bytes, reverse: bool, pending: bool = False):
         """Rows of this transaction's view of ``[begin, end)`` in order, with its own
@@ -456,7 +452,7 @@ def _far_end(span, begin: bytes, end: bytes, asked: tuple, reverse: bool, limite
     return span if limited or end >= b"\xff" else (begin, end + b"\x00")
 
 
-class _Snapshot:
+class _Snapshot(ReadItems):
     """``tr.snapshot``: the same reads, adding no read conflict ranges."""
 
     def __init__(self, tr: TransactionRead):
@@ -465,11 +461,6 @@ class _Snapshot:
 
     def get(self, key) -> Value:
         return self._tr._get(key, True)
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or b"\xff")
-        return self.get(key)
 
     def get_key(self, selector) -> Value:
         return self._tr._get_key(selector, True)

@@ -16,8 +16,8 @@ from . import errors as E, memory_dirs
 from .atomic import sql_atomic
 from .checkpoints import Checkpointer
 from .errors import FDBError, StoreFileError
-from .fdbapi import KeyValue
 from .history import History
+from .items import DatabaseShortcuts
 from .transaction import Transaction
 from .watches import Watches
 
@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 0),
 """
 
 
-class EmbeddedDatabase:
+class EmbeddedDatabase(DatabaseShortcuts):
     """A store file opened by this process.  Thread-safe; share one per process.
 
     ``path``: the SQLite file (created with ``create=True`` when missing; its directory
@@ -269,45 +269,6 @@ class EmbeddedDatabase:
         if self._closed:
             raise FDBError(E.OPERATION_CANCELLED, "database is closed")
         return Transaction(self)
-
-    def _run(self, fn):
-        from .transactional import run
-
-        return run(self, fn)
-
-    def get(self, key) -> bytes | None:
-        return self._run(lambda tr: tr.get(key).value)  # (the bindings' Database.get: bytes or None)
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or b"\xff")
-        return self.get(key)
-
-    def set(self, key, value) -> None:
-        self._run(lambda tr: tr.set(key, value))
-
-    __setitem__ = set
-
-    def clear(self, key) -> None:
-        self._run(lambda tr: tr.clear(key))
-
-    def __delitem__(self, key) -> None:
-        if isinstance(key, slice):
-            self.clear_range(key.start or b"", key.stop or b"\xff")
-        else:
-            self.clear(key)
-
-    def get_range(self, begin, end, limit=0, reverse=False, streaming_mode=None) -> list[KeyValue]:
-        return self._run(lambda tr: list(tr.get_range(begin, end, limit, reverse)))
-
-    def get_range_startswith(self, prefix, *args, **kwargs) -> list[KeyValue]:
-        return self._run(lambda tr: list(tr.get_range_startswith(prefix, *args, **kwargs)))
-
-    def clear_range(self, begin, end) -> None:
-        self._run(lambda tr: tr.clear_range(begin, end))
-
-    def clear_range_startswith(self, prefix) -> None:
-        self._run(lambda tr: tr.clear_range_startswith(prefix))
 
     def commit_version(self) -> int:
         """The store's commit counter (the last versionstamp's first 8 bytes)."""

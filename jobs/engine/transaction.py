@@ -13,6 +13,7 @@ from .atomic import ATOMIC_OPS
 from .commit import commit_log
 from .errors import FDBError
 from .futures import Future
+from .items import Items
 from .keyvalues import check_value, check_write_key, stored_values, strinc_or_end, to_key, to_value
 from .limits import KEY_SIZE_LIMIT, VALUE_SIZE_LIMIT
 from .ranges import check_stamp_param, in_ranges, merge_ranges, stamped_key_span
@@ -26,7 +27,7 @@ _STORED = object()  # a watch baseline to be read from the store (_read_baseline
 _COMMITTED = Future.ready(None)  # what every commit returns (a ready future cannot change)
 
 
-class Transaction(TransactionRead):
+class Transaction(TransactionRead, Items):
     """One FoundationDB-style transaction on the embedded store.  Not thread-safe."""
 
     def __del__(self):
@@ -74,7 +75,6 @@ class Transaction(TransactionRead):
         if self._watches:
             self._own_write_seen(key, None, value)
 
-    __setitem__ = set
 
     def clear(self, key) -> None:
         self._check_usable()
@@ -109,12 +109,6 @@ class Transaction(TransactionRead):
     def clear_range_startswith(self, prefix) -> None:
         prefix = to_key(prefix)
         self.clear_range(prefix, strinc_or_end(prefix))
-
-    def __delitem__(self, key) -> None:
-        if isinstance(key, slice):
-            self.clear_range(key.start or b"", key.stop or b"\xff")
-        else:
-            self.clear(key)
 
     def _atomic(self, op: str, key, param) -> None:
         self._check_usable()

@@ -1,10 +1,11 @@
 """What the engine wrappers (``faults.py``, ``counting.py``) share: the transaction methods
-that write, and a database's shortcuts (``db.get``, ``db[key] = value``, ...), which run a
-transaction of their own *through the wrapper* so that it sees them too."""
+that write, and a database's shortcuts (``db.get``, ``db[key] = value``, ...:
+``items.DatabaseShortcuts``), which run a transaction of their own *through the wrapper*
+so that it sees them too."""
 
 from __future__ import annotations
 
-from .futures import value_of
+from .items import DatabaseShortcuts
 
 # Transaction methods that make a commit a writing one.
 MUTATORS = (
@@ -19,7 +20,7 @@ MUTATORS = (
 READS = ("get", "get_key", "get_range", "get_range_startswith", "get_read_version")
 
 
-class WrappedDatabase:
+class WrappedDatabase(DatabaseShortcuts):
     """Base of a wrapper around ``self.db`` (embedded or ``fdb.Database``): subclasses
     give ``create_transaction``; every other attribute is the wrapped database's."""
 
@@ -28,45 +29,6 @@ class WrappedDatabase:
 
     def create_transaction(self):
         raise NotImplementedError
-
-    def _run(self, fn):
-        from .transactional import run
-
-        return run(self, fn)
-
-    def get(self, key):
-        return self._run(lambda tr: value_of(tr.get(key)))
-
-    def set(self, key, value) -> None:
-        self._run(lambda tr: tr.set(key, value))
-
-    __setitem__ = set
-
-    def clear(self, key) -> None:
-        self._run(lambda tr: tr.clear(key))
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.get_range(key.start or b"", key.stop or b"\xff")
-        return self.get(key)
-
-    def __delitem__(self, key) -> None:
-        if isinstance(key, slice):
-            self.clear_range(key.start or b"", key.stop or b"\xff")
-        else:
-            self.clear(key)
-
-    def get_range(self, begin, end, limit=0, reverse=False, **kwargs) -> list:
-        return self._run(lambda tr: list(tr.get_range(begin, end, limit, reverse, **kwargs)))
-
-    def get_range_startswith(self, prefix, *args, **kwargs) -> list:
-        return self._run(lambda tr: list(tr.get_range_startswith(prefix, *args, **kwargs)))
-
-    def clear_range(self, begin, end) -> None:
-        self._run(lambda tr: tr.clear_range(begin, end))
-
-    def clear_range_startswith(self, prefix) -> None:
-        self._run(lambda tr: tr.clear_range_startswith(prefix))
 
     def __getattr__(self, name):  # close(), path, options, ...: the wrapped database's
         return getattr(self.db, name)
