@@ -322,7 +322,8 @@ class AcceptCall:
         return Wait(pending.watch(tr, self.type), due)
 
     def _job(self, job_id: str, row: Row, store_id) -> Job:
-        return Job(self.type, job_id, decode_data(row.data), self.lock, store_id, lost=row.lost)
+        return Job(self.type, job_id, decode_data(row.data), self.lock, store_id, lost=row.lost,
+                   priority=row.priority, scheduled_time=row.stime)
 
     def _already_mine(self, tr) -> list[tuple[str, Row]]:
         """Jobs an earlier attempt of this call locked (its commit happened behind 1021)."""

@@ -16,7 +16,8 @@ class Job:
     carries another lock or none); ``store`` is the id of the store it was accepted from.
     ``resubmitted``: the job was flagged to run again, as of this Job's last update.
     ``lost``: the workers this run of the job lost before (count, last worker, when), as of
-    its accept; None when none was lost."""
+    its accept; None when none was lost.  ``priority`` and ``scheduled_time``: the band
+    and the time it was pending at, as of its accept (the order a batch runs in)."""
 
     type: str
     id: str
@@ -25,6 +26,8 @@ class Job:
     store: bytes | None = field(repr=False)
     resubmitted: bool = False
     lost: Lost | None = None
+    priority: int = field(default=0, repr=False, compare=False)
+    scheduled_time: float = field(default=0.0, repr=False, compare=False)
 
 
 class JobInfo(NamedTuple):

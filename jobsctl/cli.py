@@ -59,6 +59,13 @@ def _common_options(parser, store, json) -> None:
                         help="print one JSON document on stdout instead of text")
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        return jobs.checks.seconds(float(text), "seconds", positive=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}") from exc
+
+
 def _job_arguments(p) -> None:
     p.add_argument("type", metavar="TYPE")
     p.add_argument("id", metavar="ID")
@@ -77,6 +84,10 @@ def _add_job_commands(command) -> None:
     p.add_argument("--key", metavar="KEY",
                    help="its job key (a tenant, say): each key's jobs wait in their own queue and the keys take "
                         "turns, under the type's per-key limits ('jobsctl set-limits'; default: no key)")
+    p.add_argument("--type-timeout", metavar="SECONDS", type=_positive_seconds,
+                   help="the type's timeout (heartbeat timeout) to set if it has none yet: a job can be added "
+                        "before any worker of its type ever ran (a worker's declared timeout replaces it as it "
+                        "starts); without it, adding to a type with no timeout fails")
     p = command("remove", cmd_remove, "remove a job in any state (its worker gets Halt)")
     _job_arguments(p)
     p.add_argument("--unreadable", action="store_true",

@@ -23,7 +23,10 @@ def open_store(args, create: bool = True):
 
 
 @jobs.transactional
-def add_and_get(tr, type, job_id, data, at, priority=0, key=None):
+def add_and_get(tr, type, job_id, data, at, priority=0, key=None, type_timeout=None):
+    """Add the job (``type_timeout``: the type's timeout to set first if it has none)."""
+    if type_timeout is not None and jobs.get_type_timeout(tr, type) is None:
+        jobs.set_type_timeout(tr, type, type_timeout)
     jobs.add(tr, type, job_id, data, at, priority=priority, key=key)
     return job_doc(jobs.get_job(tr, type, job_id))
 
@@ -32,7 +35,8 @@ def cmd_add(args):
     data = data_object(args.data)
     with open_store(args) as db:
         try:
-            return add_and_get(db, args.type, args.id, data, args.at, args.priority, args.key)
+            return add_and_get(db, args.type, args.id, data, args.at, args.priority, args.key,
+                               getattr(args, "type_timeout", None))
         except jobs.NoTypeTimeout as exc:
             raise jobs.NoTypeTimeout(
                 f"job type {args.type!r} has no timeout in {describe_store(db)}: "

@@ -13,7 +13,7 @@ the Spark pipeline build on them).
 
 from .behaviors import Retry
 from .context import AsyncContext, Context
-from .errors import NotFailed, TaskFailed, WorkerLost
+from .errors import NotFailed, TaskFailed, TimeLimitExceeded, WorkerLost
 from .failures import FailedJob, discard_failed, failed_jobs, retry_all_failed, retry_failed
 from .interrupt import Interrupted
 from .processor import Processor
@@ -29,6 +29,7 @@ __all__ = [
     "Retry",
     "TaskFailed",
     "TaskFuture",
+    "TimeLimitExceeded",
     "WorkerLost",
     "asubmit",
     "discard_failed",

@@ -9,6 +9,7 @@ visible to ``jobsctl show`` and survives the worker::
                "failed": true,                      # finished after its last attempt
                "runs": 5, "last_run": 1.7e9,        # recurring jobs only
                "last_result": {...},
+               "over_time_limit": {"limit", "since"},  # the running handler is over its time_limit
                "trace": {"traceparent": ...}}}      # tracing.py: the submitter's trace context
 
 Handlers see the params without ``_task`` (``ctx.data``).  A handler's result replaces the
@@ -18,6 +19,7 @@ data when the job finishes; a result may not use the reserved key.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 import traceback
@@ -26,6 +28,11 @@ from datetime import datetime, timezone
 
 TASK_KEY = "_task"
 TRACE = "trace"  # the key of the carried trace context in the bookkeeping (see tracing.py)
+# The key of the mark a run over its handler's time_limit writes in the bookkeeping while
+# its handler has not returned (a handler blocked in C code): {"limit": s, "since": t}.
+# Only people read it: ``split`` leaves it out, so no outcome carries it on.
+OVER_TIME_LIMIT = "over_time_limit"
+EVERY_JOB_ID = "every"  # the id of the job a processor adds to start an every= handler's chain
 TRACEBACK_LIMIT = 4000  # characters of traceback kept in the job data (the value limit is 100 kB)
 
 
@@ -72,18 +79,39 @@ def split(data: dict) -> tuple[dict, dict]:
     task = data.get(TASK_KEY)
     if not isinstance(task, dict):
         return data, {}
+    if OVER_TIME_LIMIT in task:
+        task = {k: v for k, v in task.items() if k != OVER_TIME_LIMIT}
     return {k: v for k, v in data.items() if k != TASK_KEY}, task
 
 
 def error_info(exc: BaseException) -> dict:
-    """A JSON record of a handler's exception."""
-    tb = "".join(traceback.format_exception(exc))
+    """A JSON record of a handler's exception; its traceback starts at the handler's own
+    frames (:func:`user_traceback`)."""
+    tb = "".join(traceback.format_exception(type(exc), exc, user_traceback(exc)))
     return {
         "type": type(exc).__qualname__,
         "message": str(exc)[:TRACEBACK_LIMIT],
         "traceback": tb[-TRACEBACK_LIMIT:],
         "at": time.time(),
     }
+
+
+_OWN = os.path.dirname(os.path.abspath(__file__))  # this package's modules (not its subpackages)
+
+
+def _own(tb) -> bool:
+    return os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _OWN
+
+
+def user_traceback(exc: BaseException):
+    """``exc``'s traceback from the first frame that is not the processors' own run
+    machinery (lanes, interrupts, outcomes: the frames above the handler), so that what a
+    user reads starts at the handler; the whole of it when every frame is ours (an error
+    of the machinery itself, e.g. a bad result)."""
+    tb = exc.__traceback__
+    while tb is not None and _own(tb):
+        tb = tb.tb_next
+    return exc.__traceback__ if tb is None else tb
 
 
 @dataclass(frozen=True)

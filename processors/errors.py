@@ -4,6 +4,7 @@
     +-- TaskFailed       a submitted task finished with an error after its last attempt
     +-- WorkerLost       a job's run lost more workers than its handler's ``max_lost``
     +-- NotFailed        retry_failed/discard_failed on a job that is not failed
+    +-- TimeLimitExceeded  a run went over its handler's ``time_limit`` (a failed attempt)
 """
 
 from __future__ import annotations
@@ -26,3 +27,9 @@ class WorkerLost(JobsError):
 
 class NotFailed(JobsError):
     """The job is not failed: only failed jobs can be retried or discarded this way."""
+
+
+class TimeLimitExceeded(JobsError):
+    """A run of the handler went over its ``time_limit``: it was interrupted (a sync
+    handler as soon as it runs Python again, an async one cancelled), and the run counts
+    as a failed attempt, retried by the handler's retry policy."""

@@ -25,3 +25,4 @@ class Handler:
     max_lost: int = MAX_LOST
     on_lost: object = None  # fn(ctx, reason) run instead of the handler once max_lost is reached
     cron: Cron | None = None  # run at each tick of this schedule (jobs/schedules.py)
+    time_limit: float | None = None  # seconds a run may take before it is interrupted (failed)

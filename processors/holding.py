@@ -30,6 +30,10 @@ TIMEOUT_REFRESH = 10.0  # seconds between re-reads of the type timeouts (jobsctl
 # Least time between two checks of the held jobs (a rate limit under load), and how long
 # a job is held before the checks look at it.
 LOST_CHECK = 0.05
+# Longest wait of the lost-job watcher between two looks (idle: for a job to be held; busy:
+# for a change of the held jobs' types).  ``Held.wake`` ends it at once (the processor
+# stops): its thread is one the event loop must wait for before it can return.
+WATCH_WAIT = 1.0
 
 
 class Held:
@@ -39,12 +43,24 @@ class Held:
 
     def __init__(self):
         self._runs: dict[tuple[str, str], Run] = {}
-        self._added = threading.Event()  # set by add(): wakes the lost-job watcher
+        self._added = threading.Event()  # set by add() and wake(): wakes the lost-job watcher
+        self._closed = False  # wake() was called: the watcher waits no more
 
     def add(self, runs: list[Run]) -> None:
         for run in runs:
             self._runs[(run.job.type, run.job.id)] = run
         self._added.set()
+
+    def wake(self) -> None:
+        """End the lost-job watcher's wait now, and any it begins later (the processor
+        stops; any thread)."""
+        self._closed = True
+        self._added.set()
+
+    def reopen(self) -> None:
+        """(A processor serving again after a stop.)  The watcher waits again."""
+        self._closed = False
+        self._added = threading.Event()
 
     def drop(self, run: Run) -> None:
         self._runs.pop((run.job.type, run.job.id), None)
@@ -59,11 +75,14 @@ class Held:
     def wait_added(self, timeout: float) -> None:
         """Wait until runs are added (``timeout`` seconds at most)."""
         self._added.wait(timeout)
-        self._added.clear()
+        if not self._closed:
+            self._added.clear()
 
     def on_added(self) -> threading.Event:
-        """A fresh event that the next :meth:`add` sets."""
+        """A fresh event that the next :meth:`add` (or :meth:`wake`) sets."""
         self._added = threading.Event()
+        if self._closed:
+            self._added.set()
         return self._added
 
 
@@ -111,8 +130,9 @@ async def watch_lost(db, held: Held) -> None:
 
 
 def _lost_jobs(db, held: Held) -> list[Run]:
-    """Block until a type of a held job changes (1 s at most); the held jobs that are
-    no longer held then.  Never raises: a failed check is tried again.
+    """Block until a type of a held job changes (``WATCH_WAIT`` at most; ``held.wake()``
+    ends it); the held jobs that are no longer held then.  Never raises: a failed check is
+    tried again.
 
     Only jobs held for ``LOST_CHECK`` already are checked: the next look, ``LOST_CHECK``
     on, checks those still held, as soon as the rate limit lets it check anything.  A
@@ -122,7 +142,7 @@ def _lost_jobs(db, held: Held) -> list[Run]:
     now = time.monotonic()
     active = [r for r in held.runs() if r.state.active]
     if not active:
-        held.wait_added(1.0)
+        held.wait_added(WATCH_WAIT)
         return []
     runs = [r for r in active if now - r.held_since >= LOST_CHECK]
     if not runs:
@@ -140,7 +160,7 @@ def _lost_jobs(db, held: Held) -> list[Run]:
         log.exception("checking the held jobs failed")
         time.sleep(1.0)  # not a busy loop while the store is failing
         return []
-    wakeups.sleep_until_any(watches, wake, 0 if lost else 1.0)
+    wakeups.sleep_until_any(watches, wake, 0 if lost else WATCH_WAIT)
     return lost
 
 

@@ -56,7 +56,7 @@ class Interruptible:
         self._call = 0  # number of the current (or last) call
         self._running = False  # the handler function is running (interrupts may be raised)
         self._shield = 0  # depth of shielded calls
-        self._deferred = False  # an interrupt arrived while shielded
+        self._deferred = False  # the exception type of an interrupt that arrived while shielded
         self.interrupted = False  # an interrupt was raised in this thread: run nothing more
 
     def start(self) -> "functools.partial":
@@ -86,17 +86,18 @@ class Interruptible:
         except BaseException as exc:  # noqa: BLE001 - an interrupt delivered during the cleanup
             return None, exc
 
-    def _interrupt(self, call: int) -> None:
-        """Raise Interrupted in call ``call``'s handler, now or when its shielded job-layer
-        call returns; nothing once that call ended."""
+    def _interrupt(self, call: int, exc_type: type = None) -> None:
+        """Raise ``exc_type`` (default Interrupted) in call ``call``'s handler, now or when
+        its shielded job-layer call returns; nothing once that call ended."""
+        exc_type = Interrupted if exc_type is None else exc_type
         with self._lock:
             if not self._running or self._call != call:
                 return
             self.interrupted = True
             if self._shield:
-                self._deferred = True
+                self._deferred = exc_type
             else:
-                _set_async_exc(self._ident, Interrupted)
+                _set_async_exc(self._ident, exc_type)
 
 
 class _Shield:
@@ -111,9 +112,11 @@ class _Shield:
         lane = self._lane
         with lane._lock:
             lane._shield -= 1
-            deliver = lane._shield == 0 and lane._deferred and lane._running
+            deliver = lane._deferred if lane._shield == 0 and lane._deferred and lane._running else None
             if deliver:
                 lane._deferred = False
-        if deliver:
+        if deliver is Interrupted:
             raise Interrupted("the job was taken away while the handler ran")
+        if deliver:
+            raise deliver()
         return False

@@ -9,6 +9,7 @@ processor's event loop starts a fresh one in its place (:meth:`Lanes.replace_ret
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -17,9 +18,11 @@ import anyio.from_thread
 
 from . import tracing
 from .context import AsyncContext, Context
+from .errors import TimeLimitExceeded
 from .handlers import Handler
 from .interrupt import Interruptible
 from .run import Run
+from .timelimits import Deadlines
 
 log = logging.getLogger("processors")
 
@@ -37,6 +40,7 @@ class Lanes:
         self._held = held
         self._stats = stats
         self._token = token
+        self._deadlines = Deadlines()  # (time limits: its thread starts at the first)
         self._threads = [self._start(i) for i in range(concurrency)]
 
     def replace_retired(self) -> None:
@@ -103,18 +107,64 @@ class Lanes:
                 self._held.drop(run)
 
     def _call(self, run: Run, handler: Handler, lane: Interruptible):
-        """Call the handler: ``(result, error)``, or None if an async one was cancelled."""
+        """Call the handler: ``(result, error)``, or None if an async one was cancelled.
+        A run over the handler's ``time_limit`` ends with ``TimeLimitExceeded``, whatever
+        the handler did after it was interrupted."""
         if handler.is_async:
-            return anyio.from_thread.run(self._call_async, run, handler, token=self._token)
-        stopper = lane.start()
-        with run.state.stoppable(stopper if handler.interrupt else None):
-            return lane.run(lambda: handler.fn(Context(run)))
+            returned = anyio.from_thread.run(self._call_async, run, handler, token=self._token)
+        else:
+            stopper = lane.start()
+            deadline = None
+            if handler.time_limit is not None:
+                deadline = self._deadlines.arm(handler.time_limit,
+                                               lambda: self._over_limit(run, handler, stopper))
+            try:
+                with run.state.stoppable(stopper if handler.interrupt else None):
+                    returned = lane.run(lambda: handler.fn(Context(run)))
+            finally:
+                if deadline is not None:
+                    deadline.disarm()
+        if returned is not None and run.over_limit is not None and not run.state.halted.is_set():
+            returned = None, _over_limit_error(run, returned[1])
+        return returned
+
+    @staticmethod
+    def _over_limit(run: Run, handler: Handler, stopper) -> None:
+        """(The deadlines thread.)  The sync handler ran past its time limit: interrupt it
+        (if it may be), and have its job's data say so while it has not returned."""
+        if run.state.halted.is_set():
+            return
+        run.exceed(handler.time_limit)
+        if handler.interrupt:
+            stopper(TimeLimitExceeded)
 
     async def _call_async(self, run: Run, handler: Handler):
-        """An async handler, in the event loop: ``(result, error)``, None if cancelled."""
-        with anyio.CancelScope() as scope, run.state.stoppable(scope.cancel):
+        """An async handler, in the event loop: ``(result, error)``, None if cancelled
+        (a run cancelled at its time limit: ``TimeLimitExceeded``)."""
+        limit = handler.time_limit
+        deadline = math.inf if limit is None else anyio.current_time() + limit
+        with anyio.CancelScope(deadline=deadline) as scope, run.state.stoppable(scope.cancel):
             try:
                 return await handler.fn(AsyncContext(run)), None
             except Exception as exc:  # noqa: BLE001 - user code: recorded
                 return None, exc
+        if limit is not None and not run.state.halted.is_set() and anyio.current_time() >= deadline:
+            run.exceed(limit)
+            return None, _over_limit_error(run, None)
         return None
+
+    def close(self) -> None:
+        """The processor stopped: end the time limits' thread."""
+        self._deadlines.close()
+
+
+def _over_limit_error(run: Run, raised: BaseException | None) -> TimeLimitExceeded:
+    """The error of a run over its time limit (with the traceback of where its handler was
+    interrupted, when it was)."""
+    error = TimeLimitExceeded(f"job {run.job.type}/{run.job.id}: the run exceeded its time limit of "
+                              f"{run.over_limit:g} s")
+    if raised is not None:
+        error = error.with_traceback(raised.__traceback__)
+        if not isinstance(raised, TimeLimitExceeded):
+            error.__context__ = raised
+    return error

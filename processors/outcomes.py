@@ -48,15 +48,16 @@ class Outcomes:
         if error is None:
             error = _bad_result(result)
         size = ROW_BYTES  # (a failure's data: not measured, taken as the largest)
+        every = self._every(run, handler)
         if error is None:
-            outcome = behaviors.after_success(run.job.data, result, handler.every, handler.cron is not None)
+            outcome = behaviors.after_success(run.job.data, result, every, handler.cron is not None)
             try:
                 size = len(encode_data(outcome.data))  # a bad result fails the run, before any write
             except jobs.JobDataError as exc:
                 error = exc
         if error is not None:
-            outcome = self._failure(run, handler, error)
-        kind = _kind(error, outcome, handler)
+            outcome = self._failure(run, handler, error, every)
+        kind = _kind(error, outcome, handler, every)
         tracing.outcome(kind, error)
         if error is None and run.on_commit:  # its writes must not share the transaction
             return self._write_alone(run, handler, outcome)
@@ -111,10 +112,27 @@ class Outcomes:
         self._stats["errors"] += 1
         self._held.drop(run)
 
-    def _failure(self, run: Run, handler: Handler, error: BaseException) -> behaviors.Outcome:
+    def _failure(self, run: Run, handler: Handler, error: BaseException, every=False) -> behaviors.Outcome:
         log.warning("job %s/%s failed: %s: %s", run.job.type, run.job.id, type(error).__name__, error,
                     exc_info=(type(error), error, error.__traceback__))
-        return behaviors.after_failure(run.job.data, error, handler.retry, handler.every, handler.cron is not None)
+        every = self._every(run, handler) if every is False else every
+        return behaviors.after_failure(run.job.data, error, handler.retry, every, handler.cron is not None)
+
+    def _every(self, run: Run, handler: Handler) -> float | None:
+        """The handler's ``every``, unless the run's job is not the type's one chain: a
+        recurring type runs one chain of runs, that of its pending or running job of the
+        smallest id (``behaviors.EVERY_JOB_ID``, which the processor adds as it starts,
+        unless one was added by hand); another job of the type (added by hand under
+        another id) runs once, as a job of a type that does not recur."""
+        if handler.every is None:
+            return None
+        try:
+            others = jobs.get_jobs(self.db, run.job.type, unreadable=[])
+        except Exception:  # noqa: BLE001 - not known: the chain goes on (never none)
+            log.exception("job %s/%s: reading the type's jobs failed", run.job.type, run.job.id)
+            return handler.every
+        first = any(info.id < run.job.id and info.state in ("pending", "running") for info in others)
+        return None if first else handler.every
 
     def _write(self, run: Run, outcome: behaviors.Outcome, hooks: list = ()) -> bool:
         """Finish the job (and resubmit it for ``again_at``) in one transaction, with the
@@ -161,9 +179,11 @@ def _bad_result(result) -> BaseException | None:
     return None
 
 
-def _kind(error: BaseException | None, outcome: behaviors.Outcome, handler: Handler) -> str:
-    """The stat an outcome counts as once written."""
+def _kind(error: BaseException | None, outcome: behaviors.Outcome, handler: Handler, every=False) -> str:
+    """The stat an outcome counts as once written (``every``: the run's, when not the
+    handler's: a one-off job of a recurring type)."""
     if error is None:
         return "succeeded"
-    recurring = handler.every is not None or handler.cron is not None
+    every = handler.every if every is False else every
+    recurring = every is not None or handler.cron is not None
     return "retried" if outcome.again_at is not None and not recurring else "failed"

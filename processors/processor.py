@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import inspect
 import logging
+import math
 import signal
 import threading
 
@@ -125,14 +126,26 @@ class Processor:
 
     def handler(self, type: str, *, timeout: float | None = None, retry=None, every: float | None = None,
                 interrupt: bool = True, max_lost: int = MAX_LOST, on_lost=None, cron: str | None = None,
-                tz: str | None = None):
+                tz: str | None = None, time_limit: float | None = None):
         """Register the decorated function (sync or async; it gets a Context) for jobs of
-        ``type``.  ``timeout``: the type timeout in seconds, set in the store when the
-        processor starts (None: use the one already set).  ``retry``: a Retry or a number
-        of attempts (default: one attempt).  ``every``: a recurring job, run again that
-        many seconds after each run.  ``interrupt=False``: a sync handler is never
-        interrupted when its job is lost, only told (``ctx.halted``).  ``max_lost``: a
-        job whose run lost that many workers (killed, or silent for a type timeout: the
+        ``type``.  ``timeout``: the heartbeat timeout (the type timeout) in seconds: how
+        long a worker may go silent (dead, or stuck without heartbeating) before its job is
+        re-enqueued; the processor heartbeats running jobs on its own, so it does not bound
+        how long a handler runs (``time_limit`` does).  Set in the store when the processor
+        starts (None: use the one already set).  ``time_limit``: seconds one run may take
+        (a positive number; None: no limit); a run that exceeds it is interrupted (a sync
+        handler at its next Python bytecode, an async one cancelled) and counts as a
+        failed attempt with ``TimeLimitExceeded``, retried by ``retry``; until a handler
+        blocked in C code returns, its job's data says so (``_task.over_time_limit``, seen
+        in ``jobsctl show``).  ``retry``: a Retry or a number of attempts (default: one
+        attempt).  ``every``: a recurring job, run again that many seconds after each run:
+        the processor starts its chain as it starts (the job ``"every"``, unless a job of
+        the type is pending or running already), one chain per type (a job of the type
+        added by hand under another id runs once, unless it takes the chain over: the
+        pending or running job of the smallest id keeps it).  ``interrupt=False``: a sync
+        handler is never interrupted when its job is lost, only told (``ctx.halted``), nor
+        at its ``time_limit`` (the run still counts as failed when it returns).
+        ``max_lost``: a job whose run lost that many workers (killed, or silent for a type timeout: the
         activity monitor counts them) is not run again but finished failed, as after its
         last attempt, with ``worker lost N times; last worker HOST/PID at TIME``;
         ``on_lost(ctx, reason)``, if given, runs then instead of the handler (sync, on a
@@ -147,6 +160,7 @@ class Processor:
         if timeout == 0:
             raise ValueError("timeout must be more than 0 seconds")
         every = checks.optional_seconds(every, "every")
+        time_limit = _time_limit(time_limit)
         schedule = _cron(cron, tz, every)
         retry = behaviors.as_retry(retry)
         if isinstance(max_lost, bool) or not isinstance(max_lost, int) or max_lost < 1:
@@ -159,7 +173,7 @@ class Processor:
                 raise TypeError(f"handler for {type!r} must be callable")
             is_async = inspect.iscoroutinefunction(fn)
             self._handlers[type] = Handler(type, fn, timeout, retry, every, bool(interrupt), is_async, max_lost,
-                                           on_lost, schedule)
+                                           on_lost, schedule, time_limit)
             self._declared = False
             return fn
 
@@ -220,6 +234,7 @@ class Processor:
         """Stop gracefully (thread-safe; from a signal handler too): accept nothing more,
         let running handlers finish within the grace period, hand back the rest."""
         self._stopping.set()
+        self._held.wake()  # (the lost-job watcher's wait, in a thread the loop must join)
         if self._feed is not None:
             self._feed.stop()
 
@@ -235,6 +250,7 @@ class Processor:
         self._serving = True
         self._stopping.clear()
         self._hurry.clear()
+        self._held.reopen()
         try:
             await anyio.to_thread.run_sync(self._prepare)
             await anyio.to_thread.run_sync(self.registration.start, self.types, concurrency)
@@ -265,12 +281,18 @@ class Processor:
 
     def _declare_schedules(self, tr) -> None:
         """Write each cron handler's schedule; drop the schedule of a type whose handler has
-        none now (an expression changed or removed takes effect as the processor starts)."""
+        none now (an expression changed or removed takes effect as the processor starts);
+        start the chain of each ``every=`` handler whose type has no pending or running job
+        (the job ``behaviors.EVERY_JOB_ID``, due now: one chain however many processors
+        start, and none more while a job added by hand runs the chain)."""
         for h in self._handlers.values():
             if h.cron is None:
                 schedules.clear_schedule(tr, h.type)
             else:
                 schedules.set_schedule(tr, h.type, h.cron.expression, h.cron.tz)
+            if h.every is not None and not any(j.state in ("pending", "running")
+                                               for j in jobs.get_jobs(tr, h.type, unreadable=[])):
+                jobs.add(tr, h.type, behaviors.EVERY_JOB_ID, {})
 
     def _duties(self) -> list[tuple[float, object, object]]:
         """periodic() duties, the registration's heartbeat, and enqueueing the due ticks of
@@ -325,6 +347,7 @@ class Processor:
                 self.stop()
                 await shut_down(self.db, self._held, finishes, lanes, self.stats, grace=self.grace,
                                 hurry=self._hurry)
+                lanes.close()
         if feed.fatal is not None:
             raise feed.fatal
 
@@ -353,6 +376,15 @@ class Processor:
                         await anyio.to_thread.run_sync(stop)
                     except Exception:  # noqa: BLE001 - stopping goes on
                         log.exception("stopping periodic %r failed", fn)
+
+
+def _time_limit(value) -> float | None:
+    """``time_limit=`` of a handler: None, or a positive finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"time_limit must be a positive number of seconds (or None: no limit), not {value!r}")
+    return float(value)
 
 
 def _cron(cron: str | None, tz: str | None, every: float | None) -> Cron | None:

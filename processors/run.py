@@ -163,6 +163,9 @@ class Run:
         self.on_commit: list = []  # fn(tr) to run in the transaction that finishes the job
         self.queued_at = 0.0  # (monotonic) when its outcome was queued for the group commit
         self.state = RunState(f"job {job.type}/{job.id}")
+        self.over_limit: float | None = None  # the time_limit its handler went over
+        self._over_since = 0.0  # (wall clock) when
+        self._over_marked = False  # the mark is in the job's data (the next heartbeat writes it)
 
     @property
     def id(self) -> str:
@@ -182,11 +185,24 @@ class Run:
         Halt once lost."""
         with self.state.writing():
             full = None if data is None else {**data, behaviors.TASK_KEY: self.task} if self.task else data
+            marking = data is None and self.over_limit is not None and not self._over_marked
+            if marking:  # a heartbeat of a handler over its limit: the data says so
+                over = {"limit": self.over_limit, "since": self._over_since}
+                full = {**self.params, behaviors.TASK_KEY: {**self.task, behaviors.OVER_TIME_LIMIT: over}}
             with shielded():  # never interrupted inside a transaction
                 self.job = jobs.update(self.db, self.job, full)
             self.beat_in(self.beat_every)
+            if marking:
+                self._over_marked = True
             if data is not None:
                 self.params = data
+
+    def exceed(self, limit: float) -> None:
+        """Its handler went over its time limit (``limit`` seconds): its next heartbeat,
+        due now, marks the job's data, for as long as the handler has not returned."""
+        self._over_since = time.time()
+        self.over_limit = limit
+        self.beat_in(0)
 
     def beat_in(self, seconds: float) -> None:
         """Make the next heartbeat due in ``seconds``."""

@@ -32,6 +32,11 @@ from .errors import TaskFailed
 LAYOUT = Layout("submissions", prefixes.SUBMISSIONS, 1, error=StoreError, newer=LayoutError)
 SUBMISSIONS = LAYOUT.space
 
+# The type timeout (heartbeat timeout) submit() declares for a type that has none yet (no
+# processor of the type ever started): the job layer takes no job of a type without one.
+# A processor's ``@handler(type, timeout=...)`` replaces it as the processor starts.
+DEFAULT_TYPE_TIMEOUT = 60.0
+
 
 def task_id(type: str, params: dict | None) -> str:
     """A deterministic job id for ``params`` of ``type``: the same task always gets the
@@ -51,8 +56,10 @@ def submit(db, type: str, params: dict | None = None, *, job_id: str | None = No
     ``job_id``: the id to use (default: a random one); ``unique=True`` derives it from the
     params (:func:`task_id`).  With an explicit or unique id, a task of that id that is
     still pending or running is joined, not enqueued again; a finished one runs again with
-    the new params.  Raises NoTypeTimeout until some processor (or ``jobsctl set-timeout``)
-    set the type's timeout; JobDataError for params that are not a JSON object."""
+    the new params.  A type no processor has declared yet (it has no type timeout) gets
+    ``DEFAULT_TYPE_TIMEOUT``, in the transaction of the add: a task can be submitted before
+    any worker of its type ever ran, and runs once one starts (whose handler's
+    ``timeout=`` then replaces it).  JobDataError for params that are not a JSON object."""
     if job_id is not None and unique:
         raise ValueError("submit() takes job_id or unique=True, not both")
     checks.priority(priority)
@@ -91,7 +98,11 @@ def _enqueue(db, type: str, job_id: str, data, given: bool, *, at: float, priori
             state = None
         if state is not None and (not given or state in ("pending", "running")):
             return not given  # a fresh random id exists only if our add committed; else join the task
-        jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
+        try:
+            jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
+        except jobs.NoTypeTimeout:  # (raised before add writes anything)
+            jobs.set_type_timeout(tr, type, DEFAULT_TYPE_TIMEOUT)
+            jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
         if given:
             LAYOUT.upgrade(tr)
             tr.set(mark, nonce)
