@@ -12,9 +12,8 @@ import time
 from . import checks, finished as finished_index, keys, rows
 from .calls import within_store
 from .creator import remove_row
-from .engine import close, error_code, value_of
-from .engine.errors import MAYBE_COMMITTED
-from .engine.transactional import on_error, run
+from .engine import value_of
+from .engine.transactional import LastAttempt, run, run_noting
 from .errors import StoreError
 from .retention import KEEP_FOREVER, retentions
 from .status import job_types
@@ -63,24 +62,14 @@ def prune_page(db, type: str, kind: str, up_to: float, limit: int = BATCH, sprea
     result is unknown (1021), a retry that finds every job that attempt removed gone
     reports them as removed (by it, or by another pruner just then: gone either way);
     after a conflict (1020) it starts over, so concurrent pruners count each job once."""
-    tr = db.create_transaction()
-    unknown = None  # what an attempt whose commit may have happened removed
-    try:
-        while True:
-            out = None
-            try:
-                if unknown is not None and not any(_indexed(tr, type, job_id) for job_id in unknown[0]):
-                    return unknown
-                out = prune_batch(tr, type, kind, up_to, limit, spread, unreadable)
-                tr.commit().wait()
-                return out
-            except Exception as exc:  # noqa: BLE001 - filtered on the FDB code just below
-                if error_code(exc) is None:
-                    raise
-                unknown = out if error_code(exc) in MAYBE_COMMITTED else None
-                on_error(tr, exc)
-    finally:
-        close(tr)
+    removed = LastAttempt()  # what an attempt removed: its commit may have happened (1021)
+
+    def attempt(tr):
+        if removed.committed(lambda out: not any(_indexed(tr, type, job_id) for job_id in out[0])):
+            return removed.value
+        return removed.record(prune_batch(tr, type, kind, up_to, limit, spread, unreadable))
+
+    return run_noting(db, removed.failed, attempt)
 
 
 def _indexed(tr, type: str, job_id: str) -> bool:

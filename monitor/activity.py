@@ -27,8 +27,7 @@ import anyio.to_thread
 
 import jobs
 from jobs import activity, counts, pending, rates, recount
-from jobs.engine import error_code, is_retryable
-from jobs.engine.transactional import on_error, run
+from jobs.engine.transactional import run, run_noting
 
 from .batching import AdaptiveBatch, Failures, Unreadable, jittered
 from .retention import Pruner
@@ -156,22 +155,15 @@ class ActivityMonitor:
     def _reenqueue(self, type: str, up_to: bytes) -> int:
         total = 0
         while True:
-            tr = self.db.create_transaction()
-            tr.options.set_timeout(TRANSACTION_TIMEOUT_MS)
             found: list = []
             unreadable: list = []
-            try:
-                count, more = activity.reenqueue_inactive(tr, type, up_to, self._batch.size, found, unreadable)
-                tr.commit().wait()
-            except Exception as exc:  # noqa: BLE001 - sorted by FDB code just below
-                if error_code(exc) is None:
-                    raise
-                if self._batch.too_big(exc):
-                    continue
-                if is_retryable(exc):
-                    on_error(tr, exc)
-                    continue
-                raise
+
+            def attempt(tr):
+                tr.options.set_timeout(TRANSACTION_TIMEOUT_MS)  # (options do not outlive a reset)
+                del found[:], unreadable[:]
+                return activity.reenqueue_inactive(tr, type, up_to, self._batch.size, found, unreadable)
+
+            count, more = run_noting(self.db, self._batch.too_big, attempt)  # (too big: halved, at once)
             total += count
             if found:
                 _say_reenqueued(type, found)

@@ -13,7 +13,7 @@ import functools
 import inspect
 import weakref
 
-from .errors import error_code
+from .errors import MAYBE_COMMITTED, error_code
 
 # transaction -> the watches set by its current attempt through watch() (see there)
 _attempt_watches: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
@@ -74,7 +74,11 @@ def run(db, func, /, *args, **kwargs):
 def run_noting(db, failed, func, /, *args, **kwargs):
     """:func:`run`, calling ``failed(exc)`` (if not None) with each store error of an
     attempt before ``on_error`` sees it (it may re-raise it): a body that keeps state across
-    attempts learns which attempts surely did not commit (``not_committed``, 1020)."""
+    attempts learns which attempts surely did not commit (``not_committed``, 1020).  When
+    ``failed`` returns True, the caller has changed what the next attempt does (a smaller
+    batch after 2101, too large, or 1007, too old): the next attempt starts at once on the
+    reset transaction, without ``on_error``, which would not retry those errors or would
+    back off first.  The one retry loop of the project: every other is this one."""
     tr = db.create_transaction()
     try:
         while True:
@@ -87,8 +91,9 @@ def run_noting(db, failed, func, /, *args, **kwargs):
                 _drop_attempt_watches(tr, cancel=True)
                 if error_code(exc) is None:
                     raise
-                if failed is not None:
-                    failed(exc)
+                if failed is not None and failed(exc) is True:
+                    tr.reset()
+                    continue
                 on_error(tr, exc)
     finally:
         close(tr)
@@ -138,6 +143,13 @@ class LastAttempt:
         which a later attempt has found not committed); returns it."""
         self._recorded, self._value = True, value
         return value
+
+    def failed(self, exc) -> None:
+        """As :func:`run_noting`'s ``failed``: forget what the attempt that failed with
+        ``exc`` did unless its commit may have happened (1021), so that a retry after a
+        conflict (1020) starts over instead of claiming that attempt's work."""
+        if error_code(exc) not in MAYBE_COMMITTED:
+            self._recorded, self._value = False, None
 
     def committed(self, evidence=None):
         """False if no attempt recorded anything; else ``evidence(value)``, truthy when the

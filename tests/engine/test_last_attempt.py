@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
+from jobs.engine import error_code, value_of
 from jobs.engine import tuple as fdb_tuple
-from jobs.engine import value_of
+from jobs.engine.errors import FDBError
 from jobs.engine.faults import FaultInjectingDatabase
-from jobs.engine.transactional import LastAttempt, run
+from jobs.engine.transactional import LastAttempt, run, run_noting
 
 
 def test_nothing_recorded_is_never_committed():
@@ -48,3 +51,48 @@ def test_a_drawn_id_is_drawn_once_when_every_commit_reports_an_unknown_result(db
     assert run(faulty, draw) == 1
     assert len(attempts) == 2 and faulty.faults == 1  # the retry found its commit: read-only
     assert fdb_tuple.unpack(db.create_transaction().get(counter).wait()) == (1,)
+
+
+def test_failed_forgets_an_attempt_that_surely_did_not_commit():
+    """``failed`` (``run_noting``'s hook): after a conflict the record is forgotten (another
+    worker may have done that work: a retry must not claim it); after 1021 it is kept."""
+    attempt = LastAttempt()
+    attempt.record(["a"])
+    attempt.failed(FDBError(1021))
+    assert attempt.committed() is True and attempt.value == ["a"]
+    attempt.failed(FDBError(1020))
+    assert attempt.committed() is False and attempt.value is None
+
+
+def test_a_hook_that_answers_true_starts_the_next_attempt_at_once_afresh(db, ks):
+    """``run_noting``'s ``failed`` returning True (the caller made the next attempt smaller):
+    the transaction is reset and run again without ``on_error``, also after an error that
+    ``on_error`` would not retry (2101, too large); the attempt's writes are gone."""
+    sizes, errors = [4], []
+
+    def body(tr):
+        for i in range(sizes[0]):
+            tr.set(ks.pack(("row", i)), b"x")
+        if sizes[0] > 1:
+            raise FDBError(2101)  # (as a commit too large for the batch would)
+        return sizes[0]
+
+    def failed(exc):
+        errors.append(error_code(exc))
+        sizes[0] //= 2
+        return True
+
+    assert run_noting(db, failed, body) == 1
+    assert errors == [2101, 2101]
+    rows = db.create_transaction().get_range_startswith(ks.pack(("row",)))
+    assert [fdb_tuple.unpack(kv.key)[-1] for kv in rows] == [0]
+
+
+def test_a_hook_that_answers_otherwise_leaves_the_error_to_on_error(db, ks):
+    """Any other answer: ``on_error`` decides, and raises what it does not retry."""
+    def body(tr):
+        raise FDBError(2101)
+
+    with pytest.raises(FDBError) as raised:
+        run_noting(db, lambda exc: None, body)
+    assert raised.value.code == 2101
