@@ -30,6 +30,8 @@ from .api import (
     get_job_data,
     get_job_state,
     get_jobs,
+    get_run_info,
+    get_times,
     get_type_timeout,
     get_types,
     is_held,
@@ -99,7 +101,9 @@ __all__ = [
     "accept_many",
     "add_many",
     "NewJob",
-    # retention (issue 14)
+    "get_run_info",
+    "get_times",
+    # retention
     "set_retention",
     "get_retention",
     "clear_retention",

@@ -43,6 +43,8 @@ __all__ = [
     "get_job_data",
     "get_job_state",
     "get_jobs",
+    "get_run_info",
+    "get_times",
     "get_limits",
     "get_retention",
     "get_type_timeout",
@@ -102,6 +104,8 @@ get_job_data = _twin(api.get_job_data)
 get_job_state = _twin(api.get_job_state)
 get_job = _twin(api.get_job)
 get_jobs = _twin(api.get_jobs)
+get_run_info = _twin(api.get_run_info)
+get_times = _twin(api.get_times)
 get_active_jobs_ids = _twin(api.get_active_jobs_ids)
 pending_count = _twin(api.pending_count)
 update = _twin(api.update)

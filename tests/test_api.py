@@ -39,10 +39,11 @@ PINNED = {
 }  # fmt: skip
 EXTRA = {"open", "Job", "JobInfo", "release", "is_held", "accept_many", "subscribe", "wait", "unsubscribe", "ForeignJobError", "StoreError", "LayoutError", "StoreOpenError",
          "set_retention", "get_retention", "clear_retention", "prune", "Retention"}
-EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls (issue 14)
-EXTRA |= {"add_many", "NewJob"}  # bulk add (issue 17)
-EXTRA |= {"read_ahead", "finish_many"}  # a batch of finishes in one round trip (issue 17)
+EXTRA |= {"pause", "resume", "is_paused", "set_limits", "get_limits", "clear_limits", "Limits", "Rate"}  # queue controls
+EXTRA |= {"add_many", "NewJob"}  # bulk add
+EXTRA |= {"read_ahead", "finish_many"}  # a batch of finishes in one round trip
 EXTRA |= {"remove_unreadable"}  # a job whose row cannot be read
+EXTRA |= {"get_run_info", "get_times"}  # a job's runs and times, for people (jobsctl show)
 
 
 def test_exported_names():
@@ -74,6 +75,7 @@ def test_store_open_errors_are_in_the_tree():
 
 
 def test_async_twins_cover_the_blocking_calls():
+    """``jobs.aio`` in step with the facade: a twin for each call of ``jobs.__all__``."""
     blocking = {n for n in jobs.__all__ if callable(getattr(jobs, n)) and n[0].islower()}
     # (read_ahead neither blocks nor takes a database: a block inside a transaction)
     assert set(jobs.aio.__all__) == blocking - {"open", "transactional", "read_ahead"}
