@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 
-from jobs import counts, keys
+from jobs import counts, rates
 from jobs.engine import tuple as fdb_tuple
 
 JOB_ID = "cap-"  # how bench/capacity.py's job ids begin: a key holding one is that job's own
@@ -117,10 +117,10 @@ def name(key: bytes, shape: bool = False) -> str:
         items = list(fdb_tuple.unpack(key))
     except Exception:  # noqa: BLE001 - not a tuple key
         return key.hex()
-    if shape and (keys.COUNTS.contains(key) or keys.RATES.contains(key)):
+    if shape and (counts.is_counter(key) or rates.is_rate(key)):
         if isinstance(items[-1], int) and 0 <= items[-1] < counts.SHARDS:
             items[-1] = f"<shard of {counts.SHARDS}>"
-        if keys.RATES.contains(key):  # (..., "rates", type, minute, wait bucket or None, shard)
+        if rates.is_rate(key):  # (..., "rates", type, minute, wait bucket or None, shard)
             items[-3] = "<minute>"
             if isinstance(items[-2], int):
                 items[-2] = "<bucket>"

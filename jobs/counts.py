@@ -83,6 +83,11 @@ def _prefix(type: str, *name) -> bytes:
     return keys.COUNTS.pack((type, *name))
 
 
+def is_counter(key: bytes) -> bool:
+    """Whether ``key`` is one of the job counters' (for tools that name keys)."""
+    return keys.COUNTS.contains(key)
+
+
 def _every_job_counted(tr, type: str) -> bool:
     """Whether ``tr``'s database is known to count every job of ``type`` (no recount under
     way): :func:`counted` without a read."""

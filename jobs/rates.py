@@ -69,6 +69,11 @@ def _prefix(type: str, minute: int, bucket: int | None) -> bytes:
     return keys.RATES.pack((type, minute, bucket))
 
 
+def is_rate(key: bytes) -> bool:
+    """Whether ``key`` is one of the throughput counters' (for tools that name keys)."""
+    return keys.RATES.contains(key)
+
+
 def bucket(seconds: float) -> int:
     """The wait bucket of ``seconds`` (bucket b holds waits up to BASE ** b ms)."""
     return max(0, math.ceil(math.log(max(seconds * 1000.0, 1.0), BASE)))

@@ -151,6 +151,13 @@ def gather(db, limit: int = 10, now: float | None = None, exact: bool = False) -
     return Status(now, "versions", types, schedules_mod.get_schedules(db), workers_mod.live_workers(db, now))
 
 
+def probe(tr) -> None:
+    """One snapshot read of the store's layout key in ``tr``: raises if the store cannot
+    answer (a health check: ``monitor/http.py``'s ``/healthz``)."""
+    tr.get_read_version().wait()
+    tr.snapshot.get(keys.LAYOUT_KEY).wait()
+
+
 def job_types(tr) -> list[str]:
     """Types that have a timeout, are paused, have limits or have at least one job, sorted.
     Jobs are found by skipping from one type's rows to the next (one read per type), not

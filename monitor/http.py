@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import orjson
 
 import jobs
-from jobs import keys, status
+from jobs import status
 from jobs.engine.transactional import run
 
 from . import actions as api
@@ -155,8 +155,7 @@ class StatusServer:
 
 def _probe(tr) -> None:
     tr.options.set_timeout(HEALTH_TIMEOUT_MS)
-    tr.get_read_version().wait()
-    tr.snapshot.get(keys.LAYOUT_KEY).wait()
+    status.probe(tr)
 
 
 # --- the server ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The packages' imports point one way: down the layers, never up, and form no cycle.
 
-    jobsctl     the `jobs` command and the demos
+    jobsctl     the `jobsctl` command and the demos
     pipeline    the Spark pipeline: catalog, ingest, operations on tables, CTAS
     processors  worker loops, task behaviors, distributed operations
     monitor     the activity monitor, the status server
@@ -95,3 +95,16 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert cycles == []
+
+
+def test_the_key_layout_is_the_job_layers_own():
+    """``jobs.keys`` (where every key of the job layer lives) is imported by ``jobs`` only:
+    the packages above it, and the benchmarks, go through the job layer's functions."""
+    modules = _modules()
+    for path in (ROOT / "bench").rglob("*.py"):
+        if ".peers-venv" not in path.parts:
+            modules[_module_name(path)] = path
+    outside = sorted(name for name, path in modules.items()
+                     if not (name == "jobs" or name.startswith("jobs."))
+                     and "jobs.keys" in _imports(name, path, set(modules) | {"jobs.keys"}))
+    assert outside == []
