@@ -3,8 +3,8 @@ published limits, give the jobs/s a cluster of N processes allows and what binds
 
 The limits (each a flag, so that a user can put in what their own cluster measured):
 
-* a storage process applies about ``--writes-per-process`` 20,000 writes/s (issue 17's
-  figure; FoundationDB's Performance page: 8.2M operations/s, 90% reads, on 384 processes,
+* a storage process applies about ``--writes-per-process`` 20,000 writes/s (what a
+  one-process cluster took when writes were its bound; FoundationDB's Performance page: 8.2M operations/s, 90% reads, on 384 processes,
   about 21,000 per process), and serves about ``--reads-per-process`` 20,000 read
   operations/s (a point read or a range read: one operation, whatever its rows);
 * every write is applied by each of the ``--replication`` storage processes of the key's
@@ -15,7 +15,7 @@ The limits (each a flag, so that a user can put in what their own cluster measur
   logs, proxies, resolvers and the cluster's singletons);
 * two transactions that write and read one key with a conflict run one after another: such
   a key takes one of them per ``--commit-latency-ms`` (2.26 ms: a one-write commit on a
-  one-process FoundationDB 7.3, issue 17).
+  one-process FoundationDB 7.3).
 
 Commit proxies, resolvers and logs are not modelled (they scale with the cluster's
 configuration, not with keys); the bytes a job writes, which the logs carry ``replication``

@@ -340,7 +340,7 @@ def figures(data: dict) -> dict:
 
 
 def targets(f: dict) -> list[tuple[str, str, bool | None]]:
-    """Issue 49's targets: (target, measured, held); held None: not measured."""
+    """The section's targets: (target, measured, held); held None: not measured."""
     rows: list[tuple[str, str, bool | None]] = []
 
     def row(target: str, measured, text: str = "", held: bool = False) -> None:
@@ -481,7 +481,7 @@ def section(data: dict) -> str:
                 "", "| call | p50 ms | p90 ms | CPU ms |", "|---|---:|---:|---:|"]
         for name, st in floor["steps"].items():
             out.append(f"| {name} | {st['p50_ms']:,.2f} | {st['p90_ms']:,.2f} | {st['cpu_ms']:,.2f} |")
-    out += ["", "## Targets (issue 49)", "", "| target | measured | held |", "|---|---|---|"]
+    out += ["", "## Targets", "", "| target | measured | held |", "|---|---|---|"]
     for target, measured, held in targets(f):
         out.append(f"| {target} | {measured} | {'–' if held is None else 'yes' if held else 'no'} |")
     if data.get("errors"):

@@ -3,7 +3,7 @@ accept/finish loop, with each worker process's store wrapped to delay its writin
 (``FaultInjectingDatabase(commit_latency=...)``, ``jobs/engine/latency.py``).
 
 On FoundationDB a worker is bound by commit latency, not by a write lock: one-write commits
-took 2.26 ms on a one-process FoundationDB 7.3 (issue 17).  This measures what the
+took 2.26 ms on a one-process FoundationDB 7.3.  This measures what the
 ``Processor`` does about it, with no-op jobs and every latency in one run, side by side:
 
     python -m bench.latency                          # 10,000 jobs, 4 workers, 3 runs of each latency:

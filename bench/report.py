@@ -315,7 +315,7 @@ def _targets_section(results) -> list[str]:
     if not rows:
         return []
     return ["## Targets, round by round", "",
-            "Issue 17's targets that compare two queues. Each cell: ours / the peer in one round "
+            "The targets that compare two queues. Each cell: ours / the peer in one round "
             "(the same setting run back to back), then their ratio; a target holds in a round when the "
             "ratio reaches its bound (for a latency: stays at or under it).", "",
             "| target | each round: ours / peer = ratio | median ratio | rounds held | median holds |",

@@ -1,4 +1,4 @@
-"""The dashboard in a real browser (issue 15, point 4): headless Chromium (Debian's
+"""The dashboard in a real browser: headless Chromium (Debian's
 ``chromium`` package: ``make browser`` installs it) driven by Playwright.  A failed job
 appears, its retry button makes it run again (a worker takes it and the failure goes
 away); the pause button pauses the type, resume resumes it; without the token the buttons

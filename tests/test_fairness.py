@@ -1,4 +1,4 @@
-"""Fair turns between job keys (issue 14, point 5): keys take turns whatever their
+"""Fair turns between job keys: keys take turns whatever their
 backlog, a new key's first job waits at most one pick, unkeyed jobs take part as one more
 key, priorities and scheduled times order each key's own jobs, and every re-enqueue puts a
 job back in its key's queue.  Single worker, so the order is exact."""

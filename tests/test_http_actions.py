@@ -1,4 +1,4 @@
-"""The status server's actions (issue 15, point 3): POST /api/types/T/pause|resume and
+"""The status server's actions: POST /api/types/T/pause|resume and
 /api/jobs/T/ID/retry|discard|cancel, GET /api/jobs/T/ID, behind a bearer token (401
 without it, 403 with a wrong one or on a read-only server); a foreign Origin is refused;
 no binding outside loopback without a token; ``jobsctl serve-status --token-file``."""

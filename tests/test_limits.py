@@ -1,4 +1,4 @@
-"""Concurrency and rate limits per type and per key (issue 14, point 5), in the job layer:
+"""Concurrency and rate limits per type and per key, in the job layer:
 set, read and cleared like the other controls; at most N running and M started per
 period, whatever path a job stops running by; waiting accepts wake when a slot frees.
 Several processes racing: ``test_limits_processes.py``."""

@@ -1,4 +1,4 @@
-"""Limits hold when OS processes race for the same jobs (issue 14, point 5): four workers,
+"""Limits hold when OS processes race for the same jobs: four workers,
 with commits that fail on purpose (1020, 1021 committed or not), never have more jobs
 running than the type's and each key's running limit, and never start more than the rate
 limit allows in any period.

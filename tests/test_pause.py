@@ -1,4 +1,4 @@
-"""Pausing a type (issue 14), in the job layer: no accept takes a paused type's jobs;
+"""Pausing a type, in the job layer: no accept takes a paused type's jobs;
 waiting accepts stay waiting and wake on resume; running jobs heartbeat and finish as
 usual; an accept concurrent with a pause conflicts; pause and resume are idempotent under
 ``commit_unknown_result`` (1021) and refuse bad names without writing.  Processors and

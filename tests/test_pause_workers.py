@@ -1,4 +1,4 @@
-"""Pausing a type (issue 14), seen by workers: a Processor stops taking the type's jobs
+"""Pausing a type, seen by workers: a Processor stops taking the type's jobs
 while its running job heartbeats and finishes, and takes them again on resume; a pause
 made in one process is obeyed by an accept in another, which wakes on the resume.
 

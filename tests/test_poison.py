@@ -1,4 +1,4 @@
-"""Poison jobs and failed jobs (issue 12, sections 1 and 2), in one process: lost workers
+"""Poison jobs and failed jobs, in one process: lost workers
 counted on the job and its type by the activity monitor's own transaction, the accepting
 worker recorded, a handler's ``max_lost`` failing a job that keeps losing its worker, an
 operation failing with such a partition job, and failed jobs counted, listed, retried and

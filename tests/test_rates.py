@@ -1,4 +1,4 @@
-"""Throughput and start waits per type (issue 15, point 2): finishes and failures per
+"""Throughput and start waits per type: finishes and failures per
 minute, and how long started jobs waited, kept as sharded per-minute counters; read over
 the last hour by ``jobsctl status``, ``/status``, ``/metrics`` and the dashboard; cleared
 after an hour by the activity monitor."""

@@ -1,4 +1,4 @@
-"""The workers registry (issue 15): ``jobs.workers`` (register, heartbeat, unregister, live
+"""The workers registry: ``jobs.workers`` (register, heartbeat, unregister, live
 and stale records, bounded cleaning, bad input), processors registering as they run and
 dropping out when they stop, ``jobsctl workers`` (text and ``--json``), ``/status`` and
 ``/metrics``; and a processor killed with SIGKILL dropping out once stale.

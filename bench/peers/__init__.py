@@ -1,4 +1,4 @@
-"""The peer comparison (issue 5): one module per queue with the same interface
+"""The peer comparison: one module per queue with the same interface
 (``base.Peer``), the workloads that drive them (``harness``), the servers and the peers'
 venv (``env``), and the plots (``plots``).  ``python -m bench.compare`` runs it all.
 
