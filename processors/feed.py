@@ -25,8 +25,7 @@ wait begins; or, while jobs come sooner than ``FINISH_DELAY`` apart and the wait
 the next job still commits them in time, with that job's (two or so a commit), or once
 the next job is late (``LATE_GAPS``) or the oldest has waited ``FINISH_DELAY``, the watch
 kept meanwhile.  (Carried by the accept of the next job instead, they cost fewer commits
-still, but that job then waits for their writes: its start came 0.1 ms later at the
-median, 2026-11-28.)
+still, but that job then waits for their writes: its start comes later.)
 
 Order: the lanes take the buffer's runs best first, lower priority then earlier scheduled
 time, whatever order the batches came in.
