@@ -86,7 +86,7 @@ class Interruptible:
         except BaseException as exc:  # noqa: BLE001 - an interrupt delivered during the cleanup
             return None, exc
 
-    def _interrupt(self, call: int, exc_type: type = None) -> None:
+    def _interrupt(self, call: int, exc_type: type | None = None) -> None:
         """Raise ``exc_type`` (default Interrupted) in call ``call``'s handler, now or when
         its shielded job-layer call returns; nothing once that call ended."""
         exc_type = Interrupted if exc_type is None else exc_type

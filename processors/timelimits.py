@@ -14,7 +14,7 @@ import time
 class Deadline:
     """One armed deadline (``disarm()`` it once the handler returned)."""
 
-    __slots__ = ("at", "fn", "armed")
+    __slots__ = ("armed", "at", "fn")
 
     def __init__(self, at: float, fn):
         self.at, self.fn, self.armed = at, fn, True

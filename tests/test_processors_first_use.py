@@ -19,16 +19,15 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import store_url
+from waiting import DEADLINE, running, wait_until
 
 import jobs
 import processors
-from conftest import store_url
 from monitor.documents import job_document
-from processors import Processor, Retry, TaskFailed, TimeLimitExceeded
-from processors import holding
+from processors import Processor, Retry, TaskFailed, TimeLimitExceeded, holding
 from processors.behaviors import EVERY_JOB_ID, OVER_TIME_LIMIT, TASK_KEY
 from processors.submit import DEFAULT_TYPE_TIMEOUT
-from waiting import DEADLINE, running, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]  # (the tree under test: a worker process runs its code)
 
@@ -296,13 +295,17 @@ def test_an_idle_worker_process_exits_soon_after_sigterm(db, engine_name, tmp_pa
         pytest.skip("a worker process cannot reach a private memory store")
     url = store_url(engine_name, tmp_path)
     (tmp_path / "idle_worker_mod.py").write_text(WORKER_MODULE)
-    err = open(tmp_path / "err.txt", "w")
     env = {k: v for k, v in os.environ.items() if k != "JOBS_STORE"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])  # (this tree's code, and the module)
-    proc = subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", url, "worker", "idle_worker_mod:processor"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    with open(tmp_path / "err.txt", "w") as err:  # (the worker keeps its own descriptor)
+        proc = subprocess.Popen([sys.executable, "-m", "jobsctl", "--store", url, "worker",
+                                 "idle_worker_mod:processor"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                stderr=err)
+
+    def registered():
+        return any(w.pid == proc.pid for w in jobs.workers.live_workers(db))
+
     try:
-        registered = lambda: any(w.pid == proc.pid for w in jobs.workers.live_workers(db))  # noqa: E731
         assert wait_until(lambda: registered() or proc.poll() is not None), (tmp_path / "err.txt").read_text()
         assert registered(), (tmp_path / "err.txt").read_text()
         proc.send_signal(signal.SIGTERM)
@@ -312,7 +315,6 @@ def test_an_idle_worker_process_exits_soon_after_sigterm(db, engine_name, tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        err.close()
 
 
 # --- tracebacks start at the handler --------------------------------------------------------------
@@ -335,9 +337,8 @@ def test_a_failed_jobs_traceback_starts_at_the_handler(db, kind):
         async def boom(ctx):
             _helper_that_fails(ctx.data["n"])
 
-    with running(p):
-        with pytest.raises(TaskFailed) as failed:
-            p.submit("boom", {"n": 3}).result(DEADLINE)
+    with running(p), pytest.raises(TaskFailed) as failed:
+        p.submit("boom", {"n": 3}).result(DEADLINE)
     tb = failed.value.error["traceback"]
     lines = tb.splitlines()
     assert lines[0] == "Traceback (most recent call last):"
