@@ -6,7 +6,7 @@
 * ``memory``: the embedded engine on a private store (``memory:``);
 * ``fdb``: a real FoundationDB cluster, only when ``FDB_CLUSTER_FILE`` is set (skipped
   otherwise).  Every prefix the project owns (``jobs.prefixes``) and those the tests
-  write (:data:`TEST_PREFIXES`) are cleared before and after each test, so no test sees
+  write (``stores.TEST_PREFIXES``) are cleared before and after each test, so no test sees
   another's leftovers: point it at a test cluster only.
 
 The store is closed after the test.  ``app``: a subspace for the application's own keys
@@ -23,45 +23,11 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))  # enginekit, as engine/conftest.py
-from enginekit import skip_without_fdb  # noqa: E402
+from stores import APP_PREFIX, clear_store, store_url  # noqa: E402
 
 import jobs  # noqa: E402
 
 JOB_ENGINES = ["embedded", "memory", "fdb"]
-APP_PREFIX = ("jobs-tests-app",)  # the application's own keys in composition tests
-# Keys the tests write as an application would: tuple prefixes, and raw ones (b"app/...").
-TEST_PREFIXES = (APP_PREFIX, ("app-writes",), ("chaos",))
-RAW_TEST_PREFIXES = (b"app/",)
-FDB_SKIP_REASON = "fdb engine: FDB_CLUSTER_FILE is not set (point it at a test cluster's cluster file)"
-
-
-def clear_store(db) -> None:
-    """Remove every key the project and the tests write (on a shared cluster)."""
-    from jobs import prefixes
-    from jobs.engine import strinc
-    from jobs.engine import tuple as fdb_tuple
-
-    def body(tr):
-        prefixes.clear_all(tr)
-        for prefix in TEST_PREFIXES:
-            r = fdb_tuple.range(prefix)
-            tr.clear_range(r.start, r.stop)
-        for raw in RAW_TEST_PREFIXES:
-            tr.clear_range(raw, strinc(raw))
-
-    jobs.transactional(body)(db)
-
-
-def store_url(name: str, tmp_path) -> str:
-    """The URL ``jobs.open`` gets for engine ``name`` (skips ``fdb`` without a cluster)."""
-    if name == "embedded":
-        return "sqlite:" + str(tmp_path / "jobs.sqlite")
-    if name == "memory":
-        return "memory:"
-    cluster_file = os.environ.get("FDB_CLUSTER_FILE")
-    if not cluster_file:
-        skip_without_fdb(FDB_SKIP_REASON)
-    return "fdb:" + cluster_file
 
 
 @pytest.fixture(params=JOB_ENGINES)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 import jobs
-from conftest import clear_store, store_url
+from stores import clear_store, store_url
 from jobs import status
 from jobs.engine.urls import ENV_VAR
 from jobsctl import cli

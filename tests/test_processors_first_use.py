@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import store_url
+from stores import store_url
 from waiting import DEADLINE, running, wait_until
 
 import jobs
