@@ -222,7 +222,8 @@ def test_list_says_failed_for_a_failed_job(capsys, url, db):
     """As jobsctl show and status: a failed job is listed as failed, not finished, and
     --state tells them apart."""
     jobs.set_type_timeout(db, "t", 30)
-    jobs.add_many(db, "t", ["bad", "ok", "waiting"])
+    # (priorities: which job each accept takes is decided, not drawn within a band)
+    jobs.add_many(db, "t", [jobs.NewJob("bad", priority=-2), jobs.NewJob("ok", priority=-1), "waiting"])
     jobs.finish(db, jobs.accept(db, "t", timeout=0), failed="boom")
     jobs.finish(db, jobs.accept(db, "t", timeout=0))
     assert [(d["id"], d["state"]) for d in run_json(capsys, "--store", url, "list")] == [

@@ -88,7 +88,25 @@ def test_doc(path: Path, tmp_path: Path, monkeypatch) -> None:
         pytest.skip("no Python blocks")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JOBS_STORE", f"sqlite:{tmp_path / 'store.sqlite'}")
+    import jobs
+
+    opened = []  # the stores the page opens, closed after it (their threads end with them)
+
+    def open_store(*args, **kwargs):
+        opened.append(real_open(*args, **kwargs))
+        return opened[-1]
+
+    real_open = jobs.open
+    monkeypatch.setattr(jobs, "open", open_store)
     document.namespace.update(FDB=fdb_available(), SPARK=spark_available(), __name__="__docs__")
+    try:
+        _run(path, examples)
+    finally:
+        for db in opened:
+            jobs.engine.close(db)
+
+
+def _run(path: Path, examples: list) -> None:
     ran, skipped = 0, []
     for example in examples:
         try:
