@@ -42,10 +42,13 @@ MAX_TYPES = 1000  # types one record lists
 
 @dataclass(frozen=True)
 class HeldJob:
-    """A job a worker held at its last heartbeat."""
+    """A job a worker held at its last heartbeat; ``over_time_limit_since``: when its run
+    went over its handler's time limit (wall clock), if it did and is still running (a
+    handler blocked where it cannot be interrupted: it ends when the handler returns)."""
 
     type: str
     id: str
+    over_time_limit_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,18 +124,24 @@ def register(tr, worker: Worker) -> Worker:
 
 def heartbeat(tr, worker: Worker, held=(), *, held_count: int | None = None, now: float | None = None) -> Worker:
     """Renew ``worker``'s record: heartbeat ``now`` (default: this clock), holding the jobs
-    ``held`` (a list of ``(type, id)`` pairs, of which the first ``MAX_HELD_IDS`` are
-    named), or ``held_count`` jobs if given (``held`` then names some of them).  A blind
+    ``held`` (a list of ``(type, id)`` pairs, or ``(type, id, over_time_limit_since)``
+    triples, of which the first ``MAX_HELD_IDS`` are named), or ``held_count`` jobs if given
+    (``held`` then names some of them).  A blind
     write (the record is written again even if a reader cleared it); returns it."""
     _worker(worker)
     if not isinstance(held, (list, tuple)):
         raise checks.ArgumentTypeError(f"held must be a list of (type, id) pairs, not {type(held).__name__}")
-    named = tuple(HeldJob(checks.name(t, "type"), checks.name(i, "job id")) for t, i in held[:MAX_HELD_IDS])
+    named = tuple(_held_job(*item) for item in held[:MAX_HELD_IDS])
     count = len(held) if held_count is None else _count(held_count, "held_count", least=len(named))
     at = time.time() if now is None else checks.seconds(now, "now")
     renewed = replace(worker, heartbeat=at, held=count, held_jobs=named)
     within_store(tr, lambda tr: _write(tr, renewed))
     return renewed
+
+
+def _held_job(type: str, job_id: str, over_since: float | None = None) -> HeldJob:
+    over = None if over_since is None else checks.seconds(over_since, "over_time_limit_since")
+    return HeldJob(checks.name(type, "type"), checks.name(job_id, "job id"), over)
 
 
 def unregister(tr, worker: Worker | str) -> None:
@@ -182,17 +191,21 @@ def _clear(tr, stale: list[Worker]) -> list[str]:
 
 def _write(tr, w: Worker) -> None:
     held_jobs = tuple((j.type, j.id) for j in w.held_jobs)
+    over = tuple(j.over_time_limit_since for j in w.held_jobs)  # (a field of its own: older readers skip it)
     tr.set(keys.worker_key(w.id), fdb_tuple.pack(
-        (w.host, w.pid, w.types, w.concurrency, w.started, w.heartbeat, w.stale_after, w.held, held_jobs)))
+        (w.host, w.pid, w.types, w.concurrency, w.started, w.heartbeat, w.stale_after, w.held, held_jobs, over)))
 
 
 def decode(worker_id: str, raw: bytes) -> Worker:
     """The Worker of a stored record (fields a newer release appends are ignored);
     StoreError naming the worker if it is corrupt."""
     try:
-        host, pid, types, lanes, started, beat, stale, held, held_jobs = fdb_tuple.unpack(raw)[:9]
+        fields = fdb_tuple.unpack(raw)
+        host, pid, types, lanes, started, beat, stale, held, held_jobs = fields[:9]
+        over = fields[9] if len(fields) > 9 else ()  # (a record of an earlier release has none)
+        over = tuple(over) + (None,) * (len(held_jobs) - len(over))
         return Worker(worker_id, host, int(pid), tuple(types), int(lanes), float(started), float(beat),
-                      float(stale), int(held), tuple(HeldJob(t, i) for t, i in held_jobs))
+                      float(stale), int(held), tuple(HeldJob(t, i, s) for (t, i), s in zip(held_jobs, over)))
     except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing
         raise StoreError(f"the record of worker {worker_id!r} is corrupt ({raw[:40]!r})") from exc
 

@@ -130,7 +130,9 @@ def human_status(st: status_mod.Status) -> str:
     if paused:
         out.append("paused types: no worker takes their jobs ('jobsctl resume TYPE'):\n"
                    + table(["TYPE", "PAUSED SINCE"], paused))
-    running = [[t.type, r.id, ago(r.last_activity)] for t in st.types for r in t.running_jobs]
+    over = over_time_limit(st)
+    running = [[t.type, r.id + (" (over its time limit)" if (t.type, r.id) in over else ""), ago(r.last_activity)]
+               for t in st.types for r in t.running_jobs]
     if running:
         out.append("running jobs, least recently active first:\n"
                    + table(["TYPE", "ID", "LAST ACTIVITY"], running))
@@ -199,11 +201,23 @@ def wait(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else duration(seconds)
 
 
+def over_time_limit(st: status_mod.Status) -> set[tuple[str, str]]:
+    """``(type, id)`` of the held jobs the live workers said are over their handler's time
+    limit (a handler blocked where it cannot be interrupted)."""
+    return {(j.type, j.id) for w in st.workers for j in w.held_jobs if j.over_time_limit_since is not None}
+
+
+def held_count(w) -> str:
+    """A worker's jobs held, and how many of them are over their time limit."""
+    over = sum(j.over_time_limit_since is not None for j in w.held_jobs)
+    return f"{w.held} ({over} over time limit)" if over else str(w.held)
+
+
 def live_workers(st: status_mod.Status) -> list[str]:
     """``jobsctl status``'s section on the live workers (none when there are none)."""
     if not st.workers:
         return []
-    rows = [[f"{w.host}/{w.pid}", ",".join(w.types), w.concurrency, w.held, f"{duration(st.now - w.heartbeat)} ago"]
+    rows = [[f"{w.host}/{w.pid}", ",".join(w.types), w.concurrency, held_count(w), f"{duration(st.now - w.heartbeat)} ago"]
             for w in st.workers]
     return [f"live workers ({len(st.workers)}; 'jobsctl workers' tells more):\n"
             + table(["HOST/PID", "TYPES", "LANES", "HELD", "LAST HEARTBEAT"], rows)]

@@ -24,8 +24,10 @@ def cmd_workers(args):
 
 
 def held(w: workers_mod.Worker) -> str:
-    """``2 (t/a, t/b)``: the count, and the jobs named in the record."""
-    named = ", ".join(f"{j.type}/{j.id}" for j in w.held_jobs)
+    """``2 (t/a, t/b)``: the count, and the jobs named in the record (``t/a over its
+    time limit``: its handler runs on past it, blocked where it cannot be interrupted)."""
+    named = ", ".join(f"{j.type}/{j.id}" + (" over its time limit" if j.over_time_limit_since is not None else "")
+                      for j in w.held_jobs)
     more = ", ..." if w.held > len(w.held_jobs) else ""
     return f"{w.held} ({named}{more})" if named else str(w.held)
 

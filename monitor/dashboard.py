@@ -52,6 +52,10 @@ const wait = s => s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(1) + " s";
 const waits = h => h.wait_p50 === null ? "-" : wait(h.wait_p50) + " / " + wait(h.wait_p99);
 const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
 const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
+const heldText = w => {  // (as _held: the jobs held, and how many are over their time limit)
+  const over = (w.held_jobs || []).filter(j => j.over_time_limit_since !== null && j.over_time_limit_since !== undefined).length;
+  return over ? w.held + " (" + over + " over time limit)" : String(w.held);
+};
 // The last hour per minute as bars (as _minutes_svg draws them): finished, failed on top.
 function minutes(rows, now) {
   const ns = "http://www.w3.org/2000/svg", svg = document.createElementNS(ns, "svg");
@@ -134,7 +138,7 @@ async function refresh() {
     fill("failures", s.types.flatMap(t => t.recent_failures.map(f => [t.type, f.id, f.at, f.reason ?? "-"]))
                       .sort((a, b) => b[2] - a[2]).map(([ty, id, at, r]) => [ty, id, when(at), r,
                         [["show", "show", ty, id], ["retry", "retry", ty, id], ["discard", "discard", ty, id]]]));
-    fill("workers", (s.workers || []).map(w => [w.host + "/" + w.pid, w.types.join(", "), w.concurrency, w.held,
+    fill("workers", (s.workers || []).map(w => [w.host + "/" + w.pid, w.types.join(", "), w.concurrency, heldText(w),
                                                  when(w.started), "~" + (s.now - w.heartbeat).toFixed(1) + " s ago"]));
     note.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString();
   } catch (e) {
@@ -209,6 +213,12 @@ def _minutes_svg(minutes: tuple, now: float) -> _Markup:
     return _Markup(f'<svg class="minutes" width="{WIDTH}" height="{HEIGHT}">{"".join(bars)}</svg>')
 
 
+def _held(w) -> str:
+    """A worker's jobs held, and how many are over their time limit (as heldText)."""
+    over = sum(j.over_time_limit_since is not None for j in w.held_jobs)
+    return f"{w.held} ({over} over time limit)" if over else str(w.held)
+
+
 def dashboard_html(st: status.Status) -> str:
     """The dashboard with ``st`` in it, so that it shows the status without JavaScript
     (the script adds the actions' buttons)."""
@@ -229,7 +239,7 @@ def dashboard_html(st: status.Status) -> str:
         running_rows=_rows(running),
         failure_rows=_rows(failures),
         worker_headers="".join(f"<th>{h}</th>" for h in WORKER_HEADERS),
-        worker_rows=_rows([[f"{w.host}/{w.pid}", ", ".join(w.types), w.concurrency, w.held, _when(w.started),
+        worker_rows=_rows([[f"{w.host}/{w.pid}", ", ".join(w.types), w.concurrency, _held(w), _when(w.started),
                             f"~{st.now - w.heartbeat:.1f} s ago"] for w in st.workers]),
     )
 

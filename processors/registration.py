@@ -45,7 +45,7 @@ class Registration:
             if self.worker is None:
                 return
             runs = self._held.runs()
-            named = [(r.job.type, r.job.id) for r in runs[:workers.MAX_HELD_IDS]]
+            named = [(r.job.type, r.job.id, r.over_since) for r in runs[:workers.MAX_HELD_IDS]]
             self.worker = workers.heartbeat(self.db, self.worker, named, held_count=len(runs))
 
     def stop(self) -> None:

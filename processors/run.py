@@ -204,6 +204,11 @@ class Run:
         self.over_limit = limit
         self.beat_in(0)
 
+    @property
+    def over_since(self) -> float | None:
+        """When its handler went over its time limit (wall clock), None if it has not."""
+        return None if self.over_limit is None else self._over_since
+
     def beat_in(self, seconds: float) -> None:
         """Make the next heartbeat due in ``seconds``."""
         self.next_beat = time.monotonic() + seconds

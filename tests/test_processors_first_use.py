@@ -24,6 +24,8 @@ from waiting import DEADLINE, running, wait_until
 
 import jobs
 import processors
+from jobs import status
+from jobsctl import views
 from monitor.documents import job_document
 from processors import Processor, Retry, TaskFailed, TimeLimitExceeded, holding
 from processors.behaviors import EVERY_JOB_ID, OVER_TIME_LIMIT, TASK_KEY
@@ -163,9 +165,10 @@ def test_a_run_over_its_time_limit_is_interrupted_and_retried_then_fails(db):
 
 def test_a_handler_blocked_in_c_code_is_shown_over_its_limit_until_it_returns(db):
     """A handler blocked in C (a lock wait) cannot be interrupted: while it is, its job's
-    document (``jobsctl show``) says it is over its time limit; once it returns, the run
-    is a failed attempt all the same, and the mark is gone."""
-    p = Processor(db)
+    document (``jobsctl show``) says it is over its time limit, and so do the workers
+    registry and ``jobsctl status`` (its running jobs and the worker's held ones); once it
+    returns, the run is a failed attempt all the same, and the mark is gone."""
+    p = Processor(db, worker_heartbeat=0.5)
     release = threading.Event()
 
     @p.handler("stuck", timeout=30, time_limit=0.2)
@@ -181,6 +184,9 @@ def test_a_handler_blocked_in_c_code_is_shown_over_its_limit_until_it_returns(db
         assert wait_until(lambda: mark(future.job_id) is not None)
         assert mark(future.job_id)["limit"] == 0.2
         assert jobs.get_job_state(db, "stuck", future.job_id) == "running"
+        assert wait_until(lambda: ("stuck", future.job_id) in views.over_time_limit(status.gather(db)))
+        text = views.human_status(status.gather(db))
+        assert f"{future.job_id} (over its time limit)" in text and "1 (1 over time limit)" in text
         release.set()
         with pytest.raises(TaskFailed) as failed:
             future.result(DEADLINE)

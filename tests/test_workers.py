@@ -43,6 +43,20 @@ def mine(db, processor) -> workers.Worker | None:
 # --- the job layer -------------------------------------------------------------------------------
 
 
+def test_a_held_job_over_its_time_limit_is_in_the_record_and_an_older_record_still_reads(db):
+    """A heartbeat may say when a held job went over its handler's time limit; a record
+    written by an earlier release (no such field) reads as none over."""
+    w = workers.new_worker(["a"], 1, interval=1.0)
+    workers.register(db, w)
+    beat = workers.heartbeat(db, w, [("a", "j1", 1234.5), ("a", "j2")])
+    assert [(j.id, j.over_time_limit_since) for j in workers.live_workers(db)[0].held_jobs] == [
+        ("j1", 1234.5), ("j2", None)]
+    with pytest.raises(ValueError):
+        workers.heartbeat(db, w, [("a", "j1", -1.0)])
+    old = fdb_tuple.pack((w.host, w.pid, w.types, 1, w.started, beat.heartbeat, w.stale_after, 1, (("a", "j1"),)))
+    assert workers.decode(w.id, old).held_jobs == (workers.HeldJob("a", "j1"),)
+
+
 def test_register_heartbeat_unregister(db):
     w = workers.new_worker(["b", "a", "a"], 4, interval=1.0)
     assert (w.types, w.concurrency, w.pid, w.held) == (("a", "b"), 4, os.getpid(), 0)
@@ -190,7 +204,7 @@ def test_jobs_workers_text_and_json(tmp_path, capsys):
         (doc,) = orjson.loads(capsys.readouterr().out)
         assert {k: doc[k] for k in ("id", "host", "pid", "types", "concurrency", "held", "held_jobs")} == {
             "id": w.id, "host": w.host, "pid": os.getpid(), "types": ["resize", "thumb"], "concurrency": 4,
-            "held": 2, "held_jobs": [{"type": "resize", "id": "img-1"}]}
+            "held": 2, "held_jobs": [{"type": "resize", "id": "img-1", "over_time_limit_since": None}]}
         assert doc["started"] <= doc["heartbeat"] and doc["stale_after"] == workers.MIN_STALE
         assert cli.main(["--store", url, "status"]) == 0
         assert "live workers (1;" in capsys.readouterr().out
