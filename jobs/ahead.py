@@ -11,8 +11,7 @@ nothing changes.
 
 from __future__ import annotations
 
-# id(transaction) -> {key: the future of its read}, while a block of that transaction runs
-_blocks: dict[int, dict[bytes, object]] = {}
+from . import txstate
 
 
 class block:
@@ -21,11 +20,11 @@ class block:
     in it yet are added to it), so that a call reading ahead within a caller's block spoils
     neither.  (A class, not a generator: every accept and finish enters one.)"""
 
-    __slots__ = ("_tr", "_ahead")
+    __slots__ = ("_state", "_ahead")
 
     def __init__(self, tr, keys):
-        self._tr = tr
-        ahead = _blocks.get(id(tr))
+        self._state = txstate.of(tr)
+        ahead = self._state.ahead
         if ahead is not None:  # (joining the block under way: its end forgets these reads too)
             for key in dict.fromkeys(keys):
                 if key not in ahead:
@@ -36,17 +35,17 @@ class block:
 
     def __enter__(self) -> None:
         if self._ahead is not None:
-            _blocks[id(self._tr)] = self._ahead
+            self._state.ahead = self._ahead
 
     def __exit__(self, *exc) -> None:
-        if self._ahead is not None and _blocks.get(id(self._tr)) is self._ahead:
-            del _blocks[id(self._tr)]
+        if self._ahead is not None and self._state.ahead is self._ahead:
+            self._state.ahead = None
 
 
 def read(tr, key: bytes, shared: bool = False):
     """The future of ``key``'s read: one issued ahead (taken, unless ``shared``), else a new
     one, with a conflict as ``tr.get`` has."""
-    ahead = _blocks.get(id(tr)) if _blocks else None
+    ahead = txstate.of(tr).ahead
     if ahead:
         future = ahead.get(key) if shared else ahead.pop(key, None)
         if future is not None:
@@ -56,5 +55,5 @@ def read(tr, key: bytes, shared: bool = False):
 
 def written(tr, key: bytes) -> None:
     """``tr`` writes ``key``: a read of it issued ahead no longer tells its value."""
-    if _blocks and (ahead := _blocks.get(id(tr))):
+    if ahead := txstate.of(tr).ahead:
         ahead.pop(key, None)

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import weakref
 from dataclasses import dataclass, field
 
-from . import keys, rates
+from . import keys, rates, txstate
 from .codec import pack_int
 from .engine import value_of
 from .engine import tuple as fdb_tuple
@@ -55,23 +54,13 @@ _ONE, _MINUS_ONE = (1).to_bytes(8, "little"), (-1).to_bytes(8, "little", signed=
 _counted: "weakref.WeakKeyDictionary[object, set]" = weakref.WeakKeyDictionary()
 
 
-# transaction -> a number drawn at random for it (entries die with it), which picks its
-# shards: taking shards in turn made a process that alternates kinds of transactions
-# (accept, finish, accept, ...) put each kind on half of them (bench/capacity.py saw 4 of 8)
-_draws: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
-
-
 def shard(tr, shards: int | None = None) -> int:
     """The one shard (of ``shards``, default ``SHARDS``) of every counter ``tr`` adds to
     (``rates.py``'s too, through :class:`Tally`) and of the keys it stamps or bumps (``rows.bump_activity``,
-    ``pending.wake``), so that its writes to one of them merge into one write."""
-    try:
-        found = _draws.get(tr)
-        if found is None:
-            found = _draws[tr] = random.getrandbits(32)
-    except TypeError:  # not weak-referenceable: a draw per call
-        found = random.getrandbits(32)
-    return found % (SHARDS if shards is None else shards)
+    ``pending.wake``), so that its writes to one of them merge into one write: drawn at
+    random for the transaction (taking shards in turn made a process that alternates kinds
+    of transactions, accept, finish, accept, ..., put each kind on half of them)."""
+    return txstate.of(tr).draw % (SHARDS if shards is None else shards)
 
 
 def _delta(n: int) -> bytes:
@@ -227,11 +216,6 @@ class Tally:
             rates.write(tr, shard(tr), self._rated)
 
 
-# id(transaction) -> the Tally its state changes are summed in, while a block of
-# ``sharing`` runs it (an accept's, and the finishes it carries): as ``ahead.block``
-_shared: dict[int, Tally] = {}
-
-
 class sharing:
     """``with counts.sharing(tr) as tally:`` count ``tr``'s state changes and rates in
     ``tally``, written as the block ends (not if it raises).  A block within another of the
@@ -241,22 +225,23 @@ class sharing:
     finish to one rate key.  (A class, not a generator: every accept and finish enters
     one.)"""
 
-    __slots__ = ("_tr", "_tally", "_own")
+    __slots__ = ("_tr", "_state", "_tally", "_own")
 
     def __init__(self, tr):
         self._tr = tr
-        outer = _shared.get(id(tr))
+        self._state = txstate.of(tr)
+        outer = self._state.tally
         self._own = outer is None
         self._tally = Tally() if outer is None else outer
 
     def __enter__(self) -> Tally:
         if self._own:
-            _shared[id(self._tr)] = self._tally
+            self._state.tally = self._tally
         return self._tally
 
     def __exit__(self, exc_type, *exc) -> None:
         if self._own:
-            del _shared[id(self._tr)]
+            self._state.tally = None
             if exc_type is None:
                 self._tally.write(self._tr)
 

@@ -23,10 +23,9 @@ import random
 import struct
 import time
 import uuid
-import weakref
 from bisect import bisect_left
 
-from . import counts, keys, places, store_ids, wakeups
+from . import counts, keys, places, store_ids, txstate, wakeups
 from .codec import pack_str
 from .engine import KeySelector, strinc
 from .engine.transactional import run
@@ -110,22 +109,16 @@ def _read(tr, begin: bytes, end: bytes, limit: int, seen: dict | None = None) ->
     return list(found)
 
 
-# transaction -> {pending key: value} of the heads its picks read (entries die with it):
-# when the jobs taken were enqueued, for their start wait (``waits``), without reading again.
-_heads: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
-
-
-def _seen(tr) -> dict | None:
-    try:
-        return _heads.setdefault(tr, {})
-    except TypeError:  # not weak-referenceable: no waits measured
-        return None
+def _seen(tr) -> dict:
+    """The heads ``tr``'s picks read, {pending key: value}: when the jobs taken were
+    enqueued, for their start wait (:func:`waits`), without reading again."""
+    return txstate.of(tr).heads
 
 
 def waits(tr, picked: list[bytes], now: float) -> list[float]:
     """How long each picked job waited to start: from when it was due (its scheduled time,
     or its enqueue time if later) to ``now``; only for keys whose value a pick read."""
-    seen = _heads.get(tr) or {}
+    seen = txstate.of(tr).heads
     out = []
     for key in picked:
         value = seen.get(key)

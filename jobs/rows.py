@@ -11,10 +11,8 @@ their activity keys stay distinct (in couch_jobs the second would overwrite the 
 from __future__ import annotations
 
 import functools
-import itertools
-import weakref
 
-from . import ahead, counts, fairness, keys, limits, pending
+from . import ahead, counts, fairness, keys, limits, pending, txstate
 from .codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
 from .engine import Versionstamp, value_of
 from .errors import StoreError
@@ -22,20 +20,9 @@ from .errors import StoreError
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
 _USER_VERSIONS = 1 << 16
 
-# transaction -> counter of the user versions it handed out (entries die with it)
-_stamps: "weakref.WeakKeyDictionary[object, itertools.count]" = weakref.WeakKeyDictionary()
-_fallback = itertools.count()
-
-
 def _new_seq(tr) -> Versionstamp:
     """An incomplete versionstamp unique within ``tr`` (its user version counts up)."""
-    try:
-        counter = _stamps.get(tr)  # (not setdefault: that makes a weak reference each call)
-        if counter is None:
-            counter = _stamps[tr] = itertools.count()
-    except TypeError:  # a transaction that cannot be weak-referenced: a process-wide count
-        counter = _fallback
-    return _incomplete(next(counter) % _USER_VERSIONS)
+    return _incomplete(next(txstate.of(tr).stamps) % _USER_VERSIONS)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import functools
 import uuid
-import weakref
 
 from .engine import value_of
 from .engine import tuple as fdb_tuple
+from . import txstate
 from .errors import StoreError
 from .keys import LAYOUT, STORE_ID_KEY, check_layout
 
@@ -30,23 +30,16 @@ def ensure_store(tr) -> None:
         LAYOUT.record(tr)
 
 
-# transaction -> (its read version, future of the store id): one read per transaction
-# attempt, however many jobs it touches (a retried attempt has another read version).
-_store_ids: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
-
-
 def store_id_future(tr):
     """Future of the raw store id (a snapshot read, once per transaction attempt: a store can
     be wiped and recreated under the same handle), to wait on with :func:`store_id_of`."""
     version = tr.get_read_version().wait()
-    try:
-        known = _store_ids.get(tr)
-    except TypeError:  # not weak-referenceable: read every time
-        return tr.snapshot.get(STORE_ID_KEY)
+    state = txstate.of(tr)  # (one read per attempt, however many jobs it touches: a retried
+    known = state.store_id  # attempt has another read version)
     if known is not None and known[0] == version:
         return known[1]
     future = tr.snapshot.get(STORE_ID_KEY)
-    _store_ids[tr] = (version, future)
+    state.store_id = (version, future)
     return future
 
 

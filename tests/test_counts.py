@@ -122,11 +122,11 @@ class _Tr:
     """A transaction, as ``counts.sharing`` sees it (its writes are noted elsewhere)."""
 
 
-@pytest.mark.parametrize("make", [_Tr, object])  # (an object() cannot be weakly referenced)
+@pytest.mark.parametrize("make", [_Tr])  # (the state lives on the transaction: txstate.of)
 def test_a_block_sharing_a_tally_within_another_leaves_the_write_to_it(monkeypatch, make):
     """``counts.sharing``: a block within another of the same transaction counts in the
-    outer one's tally, written once as the outer block ends, an add of 0 not at all,
-    whatever the transaction object; a block that raises writes nothing."""
+    outer one's tally, written once as the outer block ends, an add of 0 not at all; a
+    block that raises writes nothing."""
     written = []
     monkeypatch.setattr(counts, "counted_in_batch", lambda tr, type, job_id, every: True)
     monkeypatch.setattr(counts, "add_state", lambda tr, type, state, n: written.append((state, n)))

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 
 from .errors import MAYBE_COMMITTED, error_code
 
-# transaction -> the watches set by its current attempt through watch() (see there)
-_attempt_watches: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
+# On a transaction object: the watches its current attempt set through watch() (see there).
+_WATCHES = "_jobs_attempt_watches"
 
 
 def is_database(obj) -> bool:
@@ -46,20 +45,18 @@ def watches(tr, keys) -> list:
     """:func:`watch` of each of ``keys`` (registered for :func:`run` at once)."""
     futures = [tr.watch(key) for key in keys]
     try:
-        _attempt_watches.setdefault(tr, []).extend(futures)
-    except TypeError:  # a transaction that cannot be weak-referenced: the caller's care
+        tr.__dict__.setdefault(_WATCHES, []).extend(futures)
+    except AttributeError:  # a transaction that takes no attribute: the caller's care
         pass
     return futures
 
 
 def _drop_attempt_watches(tr, cancel: bool) -> None:
-    if not _attempt_watches:  # (the common case: no watches set through watch())
-        return
     try:
-        futures = _attempt_watches.pop(tr, ())
-    except TypeError:
+        futures = tr.__dict__.pop(_WATCHES, None)
+    except AttributeError:
         return
-    if cancel:
+    if futures and cancel:
         for future in futures:
             future.cancel()
 
