@@ -18,10 +18,9 @@ import collections
 import sys
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 
-from . import activity, keys, rows, wakeups
+from . import activity, dbstate, keys, rows, wakeups
 from .codec import decode_data, decode_row
 from .engine import error_code, value_of
 from .engine.errors import OPERATION_CANCELLED
@@ -146,16 +145,15 @@ class Notifier:
         return [activity.watch(tr, t) for t in {s.type for s in subs}]
 
 
-_notifiers: "weakref.WeakKeyDictionary[object, Notifier]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
 def notifier_for(db) -> Notifier:
-    with _lock:
-        n = _notifiers.get(db)
-        if n is None:
-            n = _notifiers[db] = Notifier(db)
-        return n
+    """``db``'s notifier, one per database handle (a handle that keeps no state: one per call)."""
+    state = dbstate.of(db)
+    if state is None:
+        return Notifier(db)
+    with state.lock:
+        if state.notifier is None:
+            state.notifier = Notifier(db)
+        return state.notifier
 
 
 def wait(subs, timeout: float | None, state: str | None = None) -> Event | None:

@@ -19,12 +19,11 @@ fails, and whoever joined it looks again, as after any watch error.
 from __future__ import annotations
 
 import threading
-import weakref
 
 from .engine.errors import OPERATION_CANCELLED, FDBError
 from .engine.futures import Future
 from .engine.transactional import watches
-from .layouts import remembered
+from . import dbstate
 
 
 class Ticket(Future):
@@ -123,19 +122,15 @@ class _Hub:
                 self._generations.pop(g.keys, None)
 
 
-_hubs: "weakref.WeakKeyDictionary[object, _Hub]" = weakref.WeakKeyDictionary()
-_hubs_lock = threading.Lock()
-
-
 def _hub_of(tr) -> _Hub | None:
-    db = remembered(tr)
-    if db is None:
+    """The hub of ``tr``'s database (None: a transaction whose database keeps no state)."""
+    state = dbstate.of(getattr(tr, "db", None))
+    if state is None:
         return None
-    with _hubs_lock:
-        hub = _hubs.get(db)
-        if hub is None:
-            hub = _hubs[db] = _Hub()
-        return hub
+    with state.lock:
+        if state.hub is None:
+            state.hub = _Hub()
+        return state.hub
 
 
 def watch_any(tr, keys) -> Ticket:
@@ -166,10 +161,8 @@ def joined_since(db, keys, version: int) -> Ticket | None:
     (it writes: a watch is a read, it would conflict with every change meanwhile); None
     if there is none: the caller watches in a new transaction, after checking the keys
     still hold what that one saw (:func:`seen`)."""
-    try:
-        hub = _hubs.get(db)
-    except TypeError:  # (a database that cannot be weak-referenced has no hub)
-        return None
+    state = dbstate.of(db)
+    hub = None if state is None else state.hub
     if hub is not None and (g := hub.usable(tuple(keys), version)) is not None:
         return g.join()
     return None
@@ -187,6 +180,7 @@ def sleep_until_any(watches, wake: threading.Event, timeout: float) -> None:
 
 def waiting(db, keys) -> tuple[int, int]:
     """``(generations, waiters)`` watching ``keys`` in this process (for tests)."""
-    hub = _hubs.get(db)
+    state = dbstate.of(db)
+    hub = None if state is None else state.hub
     found = [] if hub is None else list(hub._generations.get(tuple(keys), ()))
     return len(found), sum(len(g._tickets) for g in found)

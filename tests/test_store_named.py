@@ -53,8 +53,8 @@ def test_a_store_chosen_by_jobs_store_says_so(elsewhere, monkeypatch):
 
 def test_a_store_named_when_opened_says_so(db, engine_name, tmp_path):
     """Every engine; in a transaction as on the database."""
-    expected = {"embedded": f"sqlite:{tmp_path / 'jobs.sqlite'}", "memory": "memory:",
-                "fdb": f"fdb:{resolve_cluster_file(os.environ.get('FDB_CLUSTER_FILE'))}"}[engine_name]
+    expected = {"embedded": lambda: f"sqlite:{tmp_path / 'jobs.sqlite'}", "memory": lambda: "memory:",
+                "fdb": lambda: f"fdb:{resolve_cluster_file(os.environ.get('FDB_CLUSTER_FILE'))}"}[engine_name]()
     where = f"in the store {expected} (named when opened; JOBS_STORE not read)"
     with pytest.raises(jobs.NoTypeTimeout) as caught:
         jobs.add(db, "t", "a")

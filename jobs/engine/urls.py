@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-import weakref
 
 from .cluster import open_cluster, resolve_cluster_file
 from .errors import StoreOpenError
@@ -103,14 +102,14 @@ def _open(url: str, create: bool, chosen: str, is_default: bool):
     return _remember(db, "memory:" if path is None else "sqlite:" + os.path.abspath(path), chosen)
 
 
-# database -> (its URL, absolute; how that URL was chosen), for describe_store
-_opened: "weakref.WeakKeyDictionary[object, tuple[str, str]]" = weakref.WeakKeyDictionary()
+# On a database opened here: (its URL, absolute; how that URL was chosen), for describe_store.
+_OPENED = "_jobs_opened_as"
 
 
 def _remember(db, url: str, chosen: str):
     try:
-        _opened[db] = (url, chosen)
-    except TypeError:  # not weak-referenceable: described from what it holds
+        db.__dict__[_OPENED] = (url, chosen)
+    except AttributeError:  # takes no attribute: described from what it holds
         pass
     return db
 
@@ -127,10 +126,7 @@ def describe_store(handle) -> str:
         if inner is None or inner is db:
             break
         db = inner
-    try:
-        known = _opened.get(db)
-    except TypeError:
-        known = None
+    known = getattr(db, "__dict__", {}).get(_OPENED)
     if known is not None:
         return f"the store {known[0]} ({known[1]})"
     path = getattr(db, "path", None)
