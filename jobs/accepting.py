@@ -220,6 +220,8 @@ class AcceptCall:
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
         limits_record = limits.read(tr, self.type)  # with a conflict too: a change makes it retry
         keyed = fairness.probe(tr, self.type)
+        if not self.no_schedule:
+            pending.read_head_ahead(tr, self.type, self.limit)  # (with the reads above)
         if also is not None:  # (after the reads above are asked for: they go out with its own)
             also(tr)
         mine = self._already_mine(tr)

@@ -19,7 +19,7 @@ _ATTR = "_jobs_txstate"
 class TxState:
     """One transaction's state in the job layer (each field says who keeps it)."""
 
-    __slots__ = ("draw", "stamps", "heads", "ahead", "tally", "store_id")
+    __slots__ = ("draw", "stamps", "heads", "ranges", "ahead", "tally", "store_id")
 
     def __init__(self):
         # counts.shard: a number drawn for the transaction, which picks the shards of the
@@ -29,6 +29,8 @@ class TxState:
         self.stamps = itertools.count()
         # pending: {pending key: value} of the heads its picks read (a job's start wait)
         self.heads: dict[bytes, bytes] = {}
+        # pending.read_head_ahead: {(begin, end, limit): a snapshot range read issued early}
+        self.ranges: dict[tuple, object] = {}
         # ahead.block: {key: future of its read} issued ahead, while a block runs
         self.ahead: dict[bytes, object] | None = None
         # counts.sharing: the Tally the state changes are summed in, while a block runs
