@@ -131,3 +131,32 @@ def test_a_processor_behind_latencies_and_faults_runs_each_job_once_holding_at_m
     assert max(n for _, n in seen) <= 8
     assert all(j.state == "finished" for j in jobs.get_jobs(db, T))
     assert slow.faults > 0
+
+
+def test_an_accept_carrying_a_finish_asks_for_the_queue_head_with_its_first_reads(db):
+    """Behind a read latency, an accept that writes the last job's finish (as a processor's
+    does) waits for the read version, its first reads (the finish's row and the queue's
+    head among them), the rows of the jobs it picked: three round trips, where asking for
+    the head only once the first reads came back took four."""
+    from jobs.accepting import AcceptCall
+
+    (last,) = _accept(db, 1)
+    jobs.add_many(db, T, ["next-1", "next-2"])
+    slow = FaultInjectingDatabase(db, read_latency=0.05)
+    waited = []  # the waits of most of a round trip
+    arrived = Late._arrived
+
+    def counting(self):
+        if self._at - time.monotonic() > 0.025:
+            waited.append(self)
+        return arrived(self)
+
+    call = AcceptCall(slow, T, timeout=0)
+    Late._arrived = counting
+    try:
+        taken = call.attempt(lambda tr: jobs.finish(tr, last))
+    finally:
+        Late._arrived = arrived
+    assert [job.id for job in taken] in (["next-1"], ["next-2"]) and call.retries == 0
+    assert len(waited) <= 3, len(waited)
+    assert jobs.get_job_state(db, T, last.id) == "finished"
