@@ -6,6 +6,7 @@ every job exactly once, never holding more than ``prefetch``."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -31,12 +32,11 @@ def _accept(db, n):
     return jobs.accept_many(db, T, n, timeout=0)
 
 
-def test_a_batch_finishes_in_one_round_trip_of_reads(db):
-    """Behind a read latency, finishing 16 jobs waits for two round trips (the read version,
-    then every read at once), not seventeen."""
-    held = _accept(db, 16)
-    slow = FaultInjectingDatabase(db, read_latency=0.05)
-    waited = []  # the waits of most of a round trip
+@contextlib.contextmanager
+def round_trips():
+    """The waits, behind a ``read_latency`` of 0.05 s, that took most of a round trip (a
+    read answered sooner was already under way): one per round trip a call waited for."""
+    waited = []
     arrived = Late._arrived
 
     def counting(self):
@@ -46,6 +46,17 @@ def test_a_batch_finishes_in_one_round_trip_of_reads(db):
 
     Late._arrived = counting
     try:
+        yield waited
+    finally:
+        Late._arrived = arrived
+
+
+def test_a_batch_finishes_in_one_round_trip_of_reads(db):
+    """Behind a read latency, finishing 16 jobs waits for two round trips (the read version,
+    then every read at once), not seventeen."""
+    held = _accept(db, 16)
+    slow = FaultInjectingDatabase(db, read_latency=0.05)
+    with round_trips() as waited:
         @jobs.transactional
         def finish_all(tr):
             waited.clear()
@@ -53,8 +64,6 @@ def test_a_batch_finishes_in_one_round_trip_of_reads(db):
                 return [jobs.finish(tr, job) for job in held]
 
         assert finish_all(slow) == [True] * 16
-    finally:
-        Late._arrived = arrived
     assert len(waited) <= 2
     assert all(j.state == "finished" for j in jobs.get_jobs(db, T))
 
@@ -143,20 +152,9 @@ def test_an_accept_carrying_a_finish_asks_for_the_queue_head_with_its_first_read
     (last,) = _accept(db, 1)
     jobs.add_many(db, T, ["next-1", "next-2"])
     slow = FaultInjectingDatabase(db, read_latency=0.05)
-    waited = []  # the waits of most of a round trip
-    arrived = Late._arrived
-
-    def counting(self):
-        if self._at - time.monotonic() > 0.025:
-            waited.append(self)
-        return arrived(self)
-
     call = AcceptCall(slow, T, timeout=0)
-    Late._arrived = counting
-    try:
+    with round_trips() as waited:
         taken = call.attempt(lambda tr: jobs.finish(tr, last))
-    finally:
-        Late._arrived = arrived
     assert [job.id for job in taken] in (["next-1"], ["next-2"]) and call.retries == 0
     assert len(waited) <= 3, len(waited)
     assert jobs.get_job_state(db, T, last.id) == "finished"
