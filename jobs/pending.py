@@ -194,7 +194,9 @@ def read_head_ahead(tr, type: str, limit: int) -> None:
     queue = keys.pending_prefix(type)
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     end = strinc(queue)
-    txstate.of(tr).ranges[(queue, end, window)] = tr.snapshot.get_range(queue, end, limit=window)
+    # (the only one kept: one an earlier attempt issued and did not use is dropped, never
+    # taken by a later attempt at another read version)
+    txstate.of(tr).ranges = {(queue, end, window): tr.snapshot.get_range(queue, end, limit=window)}
 
 
 def pick(tr, type: str, max_stime: float, limit: int, no_schedule: bool = False) -> list[bytes]:

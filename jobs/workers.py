@@ -70,6 +70,10 @@ class Worker:
     held: int = 0
     held_jobs: tuple[HeldJob, ...] = field(default_factory=tuple)
 
+    def over_time_limit(self) -> int:
+        """How many of the jobs named in ``held_jobs`` are over their time limit."""
+        return sum(j.over_time_limit_since is not None for j in self.held_jobs)
+
     def live(self, now: float) -> bool:
         """Whether a heartbeat came less than ``stale_after`` seconds before ``now``."""
         return now - self.heartbeat < self.stale_after

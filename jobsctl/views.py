@@ -11,6 +11,7 @@ import orjson
 
 from jobs import checks
 from jobs import status as status_mod
+from monitor.dashboard import held_text
 
 def printable(text: str) -> str:
     """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name an older
@@ -207,17 +208,11 @@ def over_time_limit(st: status_mod.Status) -> set[tuple[str, str]]:
     return {(j.type, j.id) for w in st.workers for j in w.held_jobs if j.over_time_limit_since is not None}
 
 
-def held_count(w) -> str:
-    """A worker's jobs held, and how many of them are over their time limit."""
-    over = sum(j.over_time_limit_since is not None for j in w.held_jobs)
-    return f"{w.held} ({over} over time limit)" if over else str(w.held)
-
-
 def live_workers(st: status_mod.Status) -> list[str]:
     """``jobsctl status``'s section on the live workers (none when there are none)."""
     if not st.workers:
         return []
-    rows = [[f"{w.host}/{w.pid}", ",".join(w.types), w.concurrency, held_count(w), f"{duration(st.now - w.heartbeat)} ago"]
+    rows = [[f"{w.host}/{w.pid}", ",".join(w.types), w.concurrency, held_text(w), f"{duration(st.now - w.heartbeat)} ago"]
             for w in st.workers]
     return [f"live workers ({len(st.workers)}; 'jobsctl workers' tells more):\n"
             + table(["HOST/PID", "TYPES", "LANES", "HELD", "LAST HEARTBEAT"], rows)]

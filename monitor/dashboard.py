@@ -213,9 +213,10 @@ def _minutes_svg(minutes: tuple, now: float) -> _Markup:
     return _Markup(f'<svg class="minutes" width="{WIDTH}" height="{HEIGHT}">{"".join(bars)}</svg>')
 
 
-def _held(w) -> str:
-    """A worker's jobs held, and how many are over their time limit (as heldText)."""
-    over = sum(j.over_time_limit_since is not None for j in w.held_jobs)
+def held_text(w) -> str:
+    """A worker's jobs held, and how many are over their time limit (the page's heldText
+    too; ``jobsctl status``'s)."""
+    over = w.over_time_limit()
     return f"{w.held} ({over} over time limit)" if over else str(w.held)
 
 
@@ -239,7 +240,7 @@ def dashboard_html(st: status.Status) -> str:
         running_rows=_rows(running),
         failure_rows=_rows(failures),
         worker_headers="".join(f"<th>{h}</th>" for h in WORKER_HEADERS),
-        worker_rows=_rows([[f"{w.host}/{w.pid}", ", ".join(w.types), w.concurrency, _held(w), _when(w.started),
+        worker_rows=_rows([[f"{w.host}/{w.pid}", ", ".join(w.types), w.concurrency, held_text(w), _when(w.started),
                             f"~{st.now - w.heartbeat:.1f} s ago"] for w in st.workers]),
     )
 
