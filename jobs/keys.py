@@ -190,12 +190,17 @@ def stime_of(pending: bytes) -> float:
     return _pending_fields(pending)[-2]
 
 
+# Where the type is among a queue key's elements (``pending_key``, ``keyed_pending_key``):
+# after the layer's names (the root's, then "jobs") and the queue's name.
+_QUEUE_TYPE_AT = len(prefixes.JOBS) + 1
+
+
 def queue_entry(pending: bytes) -> tuple[str, int | None, float, str]:
     """``(type, priority, stime, job_id)`` of a pending key of any queue (LEGACY priority:
     a legacy entry)."""
     fields = _pending_fields(pending)
     priority = fields[-3]
-    return fields[2], (priority if type(priority) is int else LEGACY), fields[-2], fields[-1]
+    return fields[_QUEUE_TYPE_AT], (priority if type(priority) is int else LEGACY), fields[-2], fields[-1]
 
 
 def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:

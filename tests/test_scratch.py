@@ -68,6 +68,22 @@ def test_processes_with_a_root_see_only_their_own_jobs(shared_store):
     assert shared_store.unchanged()
 
 
+def test_under_a_root_the_counters_agree_with_a_count(tmp_path):
+    """The counters a taken queue entry moves are the type's, whatever the root: the type
+    is read from the entry's key after the root's names (it was read at a fixed place, so
+    under a root every accept counted its jobs for a type named "pending")."""
+    script = ("import jobs; from jobs import status; db = jobs.open(); jobs.set_type_timeout(db, 't', 30); "
+              "jobs.add_many(db, 't', [(f'j{i}', {}) for i in range(6)]); "
+              "jobs.add(db, 't', 'k', {}, key='tenant'); "
+              "held = jobs.accept_many(db, 't', 4, timeout=0); jobs.release(db, held[0]); "
+              "(counted,) = status.gather(db).types; (exact,) = status.gather(db, exact=True).types; "
+              "print([(t.type, t.pending, t.running) for t in (counted, exact)])")
+    env = {"JOBS_STORE": f"sqlite:{tmp_path / 'jobs.sqlite'}", prefixes.ROOT_ENV: "staging/b"}
+    done = run(["-c", script], env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('t', 4, 3), ('t', 4, 3)]"
+
+
 def test_the_queue_demo_on_a_given_store_leaves_it_as_it_was(shared_store):
     url = shared_store.url
     done = run(["-m", "jobsctl.demos.queue", "--jobs", "60", "--workers", "2", "--store", url])
