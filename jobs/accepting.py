@@ -7,10 +7,11 @@
                                           # or the deadline
 
 Idempotency under ``commit_unknown_result`` (1021): the lock is drawn by an attempt and
-kept while an earlier attempt may have locked jobs with it, and every attempt after the
-first starts by checking whether a job it picked earlier carries that lock; if so an
-earlier commit did happen, and those jobs are returned instead of locking others (which
-would stay running, unseen, until their type timeout).  A call that takes a
+kept while an earlier attempt may have locked jobs with it (the call's ``LastAttempt`` of
+the ids each attempt locked), and every attempt after the first starts by checking whether
+a job such an attempt locked carries that lock; if so an earlier commit did happen, and
+those jobs are returned instead of locking others (which would stay running, unseen, until
+their type timeout).  A call that takes a
 batch (``limit``) locks all its jobs with its one lock: the fence stays per job, since a
 job accepted again gets another call's lock.
 """
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, places, rows, store_ids
 from .codec import Row, decode_data, new_lock
 from .engine import error_code, is_retryable, value_of, wait_future
-from .engine.errors import MAYBE_COMMITTED, NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
+from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
 from .engine.limits import TRANSACTION_SIZE_LIMIT
-from .engine.transactional import is_database, run_noting
+from .engine.transactional import LastAttempt, is_database, run_noting
 from .job import Job
 
 log = logging.getLogger("jobs")
@@ -111,18 +112,16 @@ class AcceptCall:
         timeout = checks.optional_seconds(timeout, "timeout")
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.lock: bytes | None = None  # drawn by attempt()
-        # ids this call locked in attempts that may have committed, each once (an id locked by
-        # an attempt that did not commit may be locked again by the next one)
-        self._picked: dict[str, None] = {}
-        self._new_picks: list[str] = []  # of them, the ones the current attempt added
+        # the ids each attempt of this call locked, over the call's life: those of attempts
+        # that may have committed (1021) are looked for by the next attempts
+        self._locked = LastAttempt()
         # (type, id, error) of the jobs this call took off the queue because their rows cannot
-        # be read (each logged once its attempt committed), and the current attempt's
+        # be read, each logged once its attempt committed
         self.unreadable: list[tuple[str, str, str]] = []
-        self._new_unreadable: list[tuple[str, str, str]] = []
-        self._unreadable_entries: dict[str, bytes] = {}  # their queue entries: id -> entry
-        # (type, id, error, queue entry) of those an attempt whose commit may have happened
-        # (1021) took off the queue: the next attempts name each whose entry is gone
-        self._maybe_unreadable: list[tuple[str, str, str, bytes]] = []
+        # of one retried transaction, what each attempt took off the queue unread, as
+        # (type, id, error, queue entry): an attempt names as its own those of the attempts
+        # that may have committed whose entries are gone
+        self._unread = LastAttempt()
         self.retries = 0  # attempts that failed with a retryable error, over the call's life
         self.conflicts = 0  # of them, conflicts (1020: another worker took a job first)
         self.rearms = 0  # transactions run by _rearm, over the call's life
@@ -145,7 +144,7 @@ class AcceptCall:
         every case; e.g. a worker's finished jobs).  A new lock
         when no attempt may have locked a job with the old one (none picked yet): the lock
         says when its jobs started (``codec.new_lock``), not when the call began."""
-        if not self._picked:
+        if not self._locked.values:
             self.lock = new_lock()
         out = run_noting(self.db, self._failed, self._body, also)
         self._say_unreadable()
@@ -160,22 +159,19 @@ class AcceptCall:
 
     def _say_unreadable(self) -> None:
         """Log the jobs the attempt that committed took off the queue unread."""
-        for _type, _id, error in self._new_unreadable:
+        for type, job_id, error, _entry in self._unread.value or ():
             log.error("%s: taken off the queue of %s unrun, its row left as it is (write it again, then re-add "
                       "the job, to run it)", error, self.type)
-        self.unreadable += self._new_unreadable
-        self._new_unreadable, self._maybe_unreadable = [], []
+            self.unreadable.append((type, job_id, error))
+        self._unread = LastAttempt()
 
-    def _unreadable_taken_before(self, tr) -> None:
-        """Name, as this attempt's, the jobs an attempt whose commit may have happened took
-        off the queue unread, if their entries are gone: it did commit (else this attempt
-        finds such an entry again, and names it when it takes it)."""
-        maybe = list(dict.fromkeys(self._maybe_unreadable))
+    def _unreadable_taken_before(self, tr) -> list[tuple[str, str, str, bytes]]:
+        """The jobs an attempt whose commit may have happened took off the queue unread
+        whose entries are gone, to be named as this attempt's: it did commit (else this
+        attempt finds such an entry again, and names it when it takes it)."""
+        maybe = list(dict.fromkeys(taken for attempt in self._unread.values for taken in attempt))
         found = [tr.snapshot.get(entry) for _type, _id, _error, entry in maybe]
-        for (type, job_id, error, entry), value in zip(maybe, found):
-            if value_of(value) is None:
-                self._new_unreadable.append((type, job_id, error))
-                self._unreadable_entries[job_id] = entry
+        return [taken for taken, value in zip(maybe, found) if value_of(value) is None]
 
     def _rearm(self, tr, seen: "_Seen"):
         """After an attempt that wrote and found nothing: its watch, set here if no job
@@ -186,21 +182,18 @@ class AcceptCall:
         return self._body(tr)
 
     def _failed(self, exc) -> None:
-        """An attempt failed: count it; after a conflict (1020: surely not committed) its
-        picks are no longer candidates for ``_already_mine``, so the next attempt does not
-        read, with conflicts, the rows that the winners of those jobs are writing."""
+        """An attempt failed: count it, and forget what it did unless its commit may have
+        happened (after a conflict, 1020, its picks are no longer candidates for
+        ``_already_mine``, so the next attempt does not read, with conflicts, the rows that
+        the winners of those jobs are writing)."""
+        self._locked.failed(exc)
+        self._unread.failed(exc)
         if not is_retryable(exc):
             return
         self.retries += 1
-        code = error_code(exc)
-        if code in MAYBE_COMMITTED:
-            self._maybe_unreadable += [(type, job_id, error, self._unreadable_entries[job_id])
-                                       for type, job_id, error in self._new_unreadable]
-        if code == NOT_COMMITTED:
+        if error_code(exc) == NOT_COMMITTED:
             self.conflicts += 1
             places.conflicted()
-            for job_id in self._new_picks:
-                del self._picked[job_id]
             if self.on_conflict is not None:
                 self.on_conflict(self)
 
@@ -212,9 +205,9 @@ class AcceptCall:
             return self._take(tr, also, tally)
 
     def _take(self, tr, also, tally):
-        self._new_picks, self._new_unreadable = [], []
-        if self._maybe_unreadable:  # (before this attempt takes anything off the queue)
-            self._unreadable_taken_before(tr)
+        # (before this attempt takes anything off the queue; recorded even empty: what is
+        # logged once it commits)
+        self._unread.record(self._unreadable_taken_before(tr) if self._unread.values else [])
         keys.check_layout(tr)
         store = store_ids.store_id_future(tr)
         paused = pausing.flag(tr, self.type)  # read with a conflict: see pausing.py
@@ -274,12 +267,12 @@ class AcceptCall:
         """Lock the jobs taken from the queue (their queue ``entries``; ``futures``: their
         rows, read by :meth:`_within_budget`), each with the running slots it holds,
         counted in ``tally``."""
-        taken = []
+        taken, unreadable = [], []
         worker = this_worker()
         for job_id, entry, future in zip(ids, entries, futures):
-            row = rows.decode(value_of(future), self.type, job_id, self._new_unreadable)
+            row = rows.decode(value_of(future), self.type, job_id, unreadable)
             if row is rows.UNREADABLE:
-                self._unreadable_entries[job_id] = entry
+                self._unread.value.append((*unreadable.pop(), entry))
                 # Nothing can run it: off the queue (left there, every accept would pick it
                 # first and stop), named, and counted as ended (finished): what
                 # remove_unreadable counts out for a job with no key but its row.
@@ -289,9 +282,6 @@ class AcceptCall:
             if row is None or row.state != "pending":
                 admission.drop(job_id)
                 continue  # cannot happen unless a queue entry outlived its job: drop it
-            if job_id not in self._picked:
-                self._picked[job_id] = None
-                self._new_picks.append(job_id)
             # LastLock cleared: once another worker holds the job, a finish repeated with an
             # older Job must raise Halt, or its caller's own writes would commit unfenced.
             # Lost kept: the count belongs to the run, whichever worker takes it next.
@@ -300,6 +290,8 @@ class AcceptCall:
                              stamp=False)
             tally.changed(tr, self.type, job_id, "running", 1)
             taken.append((job_id, row))
+        if taken:
+            self._locked.record([job_id for job_id, _row in taken])
         if taken and tally.to_stamp(self.type):  # (once for the batch, and its carried finishes)
             rows.bump_activity(tr, self.type)
         return taken
@@ -329,8 +321,9 @@ class AcceptCall:
 
     def _already_mine(self, tr) -> list[tuple[str, Row]]:
         """Jobs an earlier attempt of this call locked (its commit happened behind 1021)."""
-        with ahead.block(tr, [keys.data_key(self.type, job_id) for job_id in self._picked]):  # (read together)
-            found = [(job_id, rows.get(tr, self.type, job_id)) for job_id in self._picked]
+        picked = dict.fromkeys(job_id for attempt in self._locked.values for job_id in attempt)
+        with ahead.block(tr, [keys.data_key(self.type, job_id) for job_id in picked]):  # (read together)
+            found = [(job_id, rows.get(tr, self.type, job_id)) for job_id in picked]
         return [(job_id, row) for job_id, row in found if row is not None and row.lock == self.lock]
 
     # --- waiting -------------------------------------------------------------------------

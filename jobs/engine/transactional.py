@@ -122,44 +122,62 @@ def within(tr, func, *args, **kwargs):
 
 
 class LastAttempt:
-    """What the last attempt of a retried transaction did (an id it drew, a record it
-    removed), kept across attempts, so that a retry after ``commit_unknown_result`` (1021)
-    can tell whether that attempt's commit happened instead of doing it again.
+    """What the attempts of a retried transaction did (an id drawn, a record removed, jobs
+    locked), kept across attempts, so that a retry after ``commit_unknown_result`` (1021)
+    can tell whether an earlier attempt's commit happened instead of doing it again.  The
+    one way the project survives 1021: what the store shows (a nonce found, a record gone,
+    a row carrying the call's lock) is the evidence, this is the memory of what to look for.
 
     Create one per call, outside the transactional body.  The body records what it did
     (:meth:`record`) and, first thing, asks :meth:`committed`, with the evidence the store
-    shows (its nonce found, the record gone), whether an earlier attempt's commit happened."""
+    shows, whether an earlier attempt's commit happened.  Given :func:`run_noting`'s
+    ``failed`` hook (:meth:`failed`), what each attempt that may have committed recorded is
+    kept (:attr:`values`: every one of them, oldest first) and an attempt that surely did
+    not commit (a conflict, 1020) is forgotten; without it, each record replaces the last."""
 
-    __slots__ = ("_recorded", "_value")
+    __slots__ = ("_kept", "_open")
 
     def __init__(self):
-        self._recorded, self._value = False, None
+        self._kept: list = []  # what attempts that may have committed recorded, oldest first
+        self._open = False  # the last of _kept is the current attempt's (it may record again)
 
     def record(self, value):
-        """Remember ``value`` as what this attempt did (replacing an earlier attempt's,
-        which a later attempt has found not committed); returns it."""
-        self._recorded, self._value = True, value
+        """Remember ``value`` as what this attempt did (replacing what it, or without the
+        ``failed`` hook any earlier attempt, recorded); returns it."""
+        if self._open:
+            self._kept[-1] = value
+        else:
+            self._kept.append(value)
+            self._open = True
         return value
 
     def failed(self, exc) -> None:
-        """As :func:`run_noting`'s ``failed``: forget what the attempt that failed with
-        ``exc`` did unless its commit may have happened (1021), so that a retry after a
-        conflict (1020) starts over instead of claiming that attempt's work."""
-        if error_code(exc) not in MAYBE_COMMITTED:
-            self._recorded, self._value = False, None
+        """As :func:`run_noting`'s ``failed``: the current attempt ended with ``exc``.  What
+        it recorded is forgotten unless its commit may have happened (1021), so that a retry
+        after a conflict (1020) starts over instead of claiming that attempt's work; the
+        next attempt records beside it."""
+        if self._open and error_code(exc) not in MAYBE_COMMITTED:
+            self._kept.pop()
+        self._open = False
 
     def committed(self, evidence=None):
         """False if no attempt recorded anything; else ``evidence(value)``, truthy when the
-        store shows that attempt committed (the caller's answer is passed on, e.g. the
-        record it re-read); without ``evidence``, True: the caller already saw it."""
-        if not self._recorded:
+        store shows that the last attempt that recorded committed (the caller's answer is
+        passed on, e.g. the record it re-read); without ``evidence``, True: the caller
+        already saw it."""
+        if not self._kept:
             return False
-        return True if evidence is None else evidence(self._value)
+        return True if evidence is None else evidence(self._kept[-1])
 
     @property
     def value(self):
-        """What the last attempt recorded (None before any did)."""
-        return self._value
+        """What the last attempt that recorded recorded (None before any did)."""
+        return self._kept[-1] if self._kept else None
+
+    @property
+    def values(self) -> tuple:
+        """What each attempt that may have committed recorded, oldest first."""
+        return tuple(self._kept)
 
 
 def transactional(func=None, *, parameter: str = "tr"):

@@ -54,14 +54,35 @@ def test_a_drawn_id_is_drawn_once_when_every_commit_reports_an_unknown_result(db
 
 
 def test_failed_forgets_an_attempt_that_surely_did_not_commit():
-    """``failed`` (``run_noting``'s hook): after a conflict the record is forgotten (another
-    worker may have done that work: a retry must not claim it); after 1021 it is kept."""
+    """``failed`` (``run_noting``'s hook): after a conflict the failed attempt's record is
+    forgotten (another worker may have done that work: a retry must not claim it); after
+    1021 it is kept, and the next attempt records beside it: every attempt that may have
+    committed stays in ``values``, whatever the attempts after it end with."""
     attempt = LastAttempt()
     attempt.record(["a"])
     attempt.failed(FDBError(1021))
     assert attempt.committed() is True and attempt.value == ["a"]
+    attempt.failed(FDBError(1020))  # an attempt that recorded nothing: ["a"] stays
+    assert attempt.values == (["a"],)
+    attempt.record(["b"])
+    attempt.record(["b", "c"])  # (an attempt's second record replaces its first)
+    attempt.failed(FDBError(1021))
+    assert attempt.values == (["a"], ["b", "c"]) and attempt.value == ["b", "c"]
+    attempt.record(["d"])
     attempt.failed(FDBError(1020))
-    assert attempt.committed() is False and attempt.value is None
+    assert attempt.values == (["a"], ["b", "c"])
+    fresh = LastAttempt()
+    fresh.record(["a"])
+    fresh.failed(FDBError(1020))
+    assert fresh.committed() is False and fresh.value is None and fresh.values == ()
+
+
+def test_without_the_hook_each_record_replaces_the_last():
+    """A body retried by ``run`` (no ``failed`` hook) keeps one record: its last."""
+    attempt = LastAttempt()
+    attempt.record(1)
+    attempt.record(2)
+    assert attempt.values == (2,) and attempt.committed() is True
 
 
 def test_a_hook_that_answers_true_starts_the_next_attempt_at_once_afresh(db, ks):
