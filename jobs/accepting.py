@@ -284,7 +284,7 @@ class AcceptCall:
                 # first and stop), named, and counted as ended (finished): what
                 # remove_unreadable counts out for a job with no key but its row.
                 admission.drop(job_id)
-                tally.changed(tr, self.type, job_id, "finished", 1)
+                tally.changed(tr, self.type, "finished", 1)
                 continue
             if row is None or row.state != "pending":
                 admission.drop(job_id)
@@ -298,7 +298,7 @@ class AcceptCall:
             rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data, None, worker,
                                                         row.lost, row.priority, row.key, admission.hold(job_id)),
                              stamp=False)
-            tally.changed(tr, self.type, job_id, "running", 1)
+            tally.changed(tr, self.type, "running", 1)
             taken.append((job_id, row))
         if taken and tally.to_stamp(self.type):  # (once for the batch, and its carried finishes)
             rows.bump_activity(tr, self.type)

@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import activity, counts, pending, rates, recount
+from jobs import activity, counts, rates
 from jobs.engine.transactional import run, run_noting
 
 from .batching import AdaptiveBatch, Failures, Unreadable, jittered
@@ -40,8 +40,6 @@ CHECKS_PER_TIMEOUT = 4
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
-MIGRATION_BATCH = pending.MIGRATION_BATCH  # legacy pending entries moved per transaction
-COUNT_PAGE, COUNT_PAGES = 500, 20  # rows counted per transaction, transactions per pass
 # A running monitor prunes at most this often: its passes come every 0.05-0.5 s, and
 # retention periods are minutes to days (``check()`` called by hand prunes every time).
 PRUNE_INTERVAL = 1.0
@@ -63,8 +61,6 @@ class ActivityMonitor:
         self.pruner = Pruner(db, self.types, unreadable=self.unreadable)  # ``pruner.removed``: jobs it removed
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
-        self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
-        self._counted: set[str] = set()  # types this monitor saw counted (``counts.backfill``)
         self._rates_pruned: dict[str, float] = {}  # type -> when (monotonic) its old rates were last cleared
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,12 +93,8 @@ class ActivityMonitor:
         if timeout is None:
             kept.discard(type)
             return 0
-        self._migrate(type)
-        # (re-enqueues first: counting an old store's rows stops at a row it cannot read
-        # until that job is removed, and must not hold them up meanwhile)
         reenqueued = self._check_type(type, timeout)
         self._prune_rates(type)
-        self._count(type)
         return reenqueued
 
     def _check_type(self, type: str, timeout: float) -> int:
@@ -133,24 +125,6 @@ class ActivityMonitor:
             run(self.db, rates.prune, type, time.time())
             run(self.db, counts.prune, type, time.time())
             self._rates_pruned[type] = time.monotonic()
-
-    def _count(self, type: str) -> None:
-        """Count the jobs of a type of a store of an earlier layout (``counts.backfill``):
-        up to COUNT_PAGES pages per pass, so that a pass never holds re-enqueues up long."""
-        if type in self._counted:
-            return
-        for _ in range(COUNT_PAGES):
-            if run(self.db, recount.backfill, type, COUNT_PAGE):
-                self._counted.add(type)
-                return
-
-    def _migrate(self, type: str) -> None:
-        """Move the type's legacy pending entries (a store of an older layout) into band 0,
-        in bounded transactions, once per type per monitor: accept reads them meanwhile."""
-        if type in self._migrated:
-            return
-        pending.migrate_type(self.db, type, MIGRATION_BATCH)
-        self._migrated.add(type)
 
     def _reenqueue(self, type: str, up_to: bytes) -> int:
         total = 0
