@@ -19,8 +19,8 @@ the finished index (``finished.py``), which says which kind a job leaves.
 *Due* jobs are pending jobs scheduled at or before now: ``asap``, the minutes before this
 one, and the seconds of this minute before this second (a job scheduled within the
 current second counts as due from the next one).  Seconds older than ``SECONDS_KEPT`` are
-never read and are cleared by the activity monitor (:func:`prune`), with the past minutes
-whose counts add up to nothing.
+never read and are cleared by the counters' upkeep (:func:`prune`, ``monitor/counters.py``),
+with the past minutes whose counts add up to nothing.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def read(tr, type: str, now: float) -> Counts:
     return Counts(states["running"], states["finished"], states["failed"], bands)
 
 
-# --- upkeep (the activity monitor's) ---------------------------------------------------------
+# --- upkeep (``monitor/counters.py``'s) --------------------------------------------------------
 
 
 def prune(tr, type: str, now: float) -> int:
