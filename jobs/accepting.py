@@ -277,7 +277,7 @@ class AcceptCall:
                 # first and stop), named, and counted as ended (finished): what
                 # remove_unreadable counts out for a job with no key but its row.
                 admission.drop(job_id)
-                tally.changed(tr, self.type, job_id, "finished", 1)
+                tally.changed(tr, self.type, "finished", 1)
                 continue
             if row is None or row.state != "pending":
                 admission.drop(job_id)
@@ -288,7 +288,7 @@ class AcceptCall:
             rows.put_running(tr, self.type, job_id, Row(None, self.lock, row.stime, False, row.data, None, worker,
                                                         row.lost, row.priority, row.key, admission.hold(job_id)),
                              stamp=False)
-            tally.changed(tr, self.type, job_id, "running", 1)
+            tally.changed(tr, self.type, "running", 1)
             taken.append((job_id, row))
         if taken:
             self._locked.record([job_id for job_id, _row in taken])

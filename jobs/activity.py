@@ -17,7 +17,7 @@ _LAST_USER_VERSION = 0xFFFF
 
 def last_activity(tr, type: str) -> bytes | None:
     """The 10-byte versionstamp of the type's last activity (or job change), or None: the
-    newest of its ``watches_activity`` shards (and of the one key of layouts 1-5)."""
+    newest of its ``watches_activity`` shards."""
     begin, end = keys.watches_activity_range(type)
     return max((bytes(kv.value) for kv in tr.get_range(begin, end)), default=None)
 

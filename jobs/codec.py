@@ -16,22 +16,22 @@ couch_jobs' five fields plus four:
 * ``LastLock``: the Lock of the ``finish`` that last finished the job, so that a finish
   retried after ``commit_unknown_result`` can tell its own committed finish from having
   lost the job.  Creators' changes and ``accept`` clear it.
-* ``Worker``: ``"host/pid"`` of the process whose ``accept`` last took the job (layout 2).
+* ``Worker``: ``"host/pid"`` of the process whose ``accept`` last took the job.
 * ``Lost``: ``(count, worker, at)``: how many times the activity monitor re-enqueued the job
   because its worker stopped heartbeating, since its current run began (a creator's add or
   resubmit, or a finish that made it pending again, starts a new run), the last lost
-  worker and when (the monitor's wall clock) (layout 2).
-* ``Priority``: the job's priority, an int, lower first (layout 3): kept in the row so
+  worker and when (the monitor's wall clock).
+* ``Priority``: the job's priority, an int, lower first: kept in the row so
   that every re-enqueue (release, the monitor, a resubmission) puts the job back in its band.
-* ``Key``: the job's key (``add(..., key=...)``), or None (layout 4): its queue and its
+* ``Key``: the job's key (``add(..., key=...)``), or None: its queue and its
   turn among the type's keys (``fairness.py``), kept for every re-enqueue as Priority is.
 * ``Slots``: while running under limits, the running slots it holds, ``(type slot, key,
-  key slot)`` (``limits.py``), freed when it stops running; else None (layout 4).
+  key slot)`` (``limits.py``), freed when it stops running; else None.
 
 Rows are written with six fields while Worker and Lost are both None and Priority is 0,
-with eight while Priority is 0, with eleven when Key or Slots is set, and read with five
-(as couch_jobs writes them), six (layout 1), eight (layout 2), nine (layout 3) or eleven:
-missing fields read as None (Priority as 0).
+with eight while Priority is 0, with nine unless Key or Slots is set, else eleven; a row
+is read with any number of fields from five (couch_jobs' own) on: missing fields read as
+None (Priority as 0).
 """
 
 from __future__ import annotations

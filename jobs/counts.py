@@ -6,7 +6,6 @@ pending jobs by reading the queue: linear in jobs)::
     ("jobs", "counts", Type, "asap", Band, Shard)            pending, scheduled as soon as possible
     ("jobs", "counts", Type, "at", Minute, Band, Shard)      pending, scheduled in that minute
     ("jobs", "counts", Type, "sec", Second, Band, Shard)     pending, scheduled in that second
-    ("jobs", "recount", Type) = (last JobId counted | None,)  the type is being counted (below)
 
 Each value is an 8-byte little-endian two's complement counter changed by atomic adds,
 which never conflict; a transaction adds to one ``Shard`` of each (``shard``), so that no
@@ -20,38 +19,24 @@ the finished index (``finished.py``), which says which kind a job leaves.
 *Due* jobs are pending jobs scheduled at or before now: ``asap``, the minutes before this
 one, and the seconds of this minute before this second (a job scheduled within the
 current second counts as due from the next one).  Seconds older than ``SECONDS_KEPT`` are
-never read and are cleared by the activity monitor (:func:`prune`), with the past minutes
-whose counts add up to nothing.
-
-A store of an earlier layout had jobs and no counts: the upgrade to layout 5 records every
-type with jobs in ``recount``, and the activity monitor counts its rows in id order
-(``recount.py``), writing how far it got; a change to a job counts only once the count
-has passed the job (``counted``: a conflicting read of the position, so that the two
-serialise), and status counts such a type's ranges until it is done.
+never read and are cleared by the counters' upkeep (:func:`prune`, ``monitor/counters.py``),
+with the past minutes whose counts add up to nothing.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import weakref
 from dataclasses import dataclass, field
 
 from . import keys, rates, txstate
 from .codec import pack_int
-from .engine import value_of
-from .engine import tuple as fdb_tuple
-from .layouts import remembered
 
 SHARDS = 8
 SECONDS_KEPT = 600.0  # seconds buckets read only within the current minute; kept 10 minutes
 STATES = ("running", "finished", "failed")
 PRUNE_PAGE = 10_000  # minute buckets looked at per prune
 _ONE, _MINUS_ONE = (1).to_bytes(8, "little"), (-1).to_bytes(8, "little", signed=True)
-
-# database -> the types it knows to be counted (checked no more): valid while the database
-# is in ``keys.LAYOUT.checked`` (a test that plays a store's reopening clears that).
-_counted: "weakref.WeakKeyDictionary[object, set]" = weakref.WeakKeyDictionary()
 
 
 def shard(tr, shards: int | None = None) -> int:
@@ -77,82 +62,39 @@ def is_counter(key: bytes) -> bool:
     return keys.COUNTS.contains(key)
 
 
-def _every_job_counted(tr, type: str) -> bool:
-    """Whether ``tr``'s database is known to count every job of ``type`` (no recount under
-    way): :func:`counted` without a read."""
-    db = getattr(tr, "db", None)
-    return db in keys.LAYOUT.checked and type in _counted.get(db, ())
-
-
-def counted_in_batch(tr, type: str, job_id: str, every: dict[str, bool]) -> bool:
-    """:func:`counted` for one job of a batch: whether every job of the type is counted is
-    asked once a type (``every``: type -> the answer, kept by the caller for the batch)."""
-    all_counted = every.get(type)
-    if all_counted is None:
-        all_counted = every[type] = _every_job_counted(tr, type)
-    return all_counted or counted(tr, type, job_id)
-
-
-def counted(tr, type: str, job_id: str) -> bool:
-    """Whether the changes ``tr`` makes to the job are counted: always, unless the type's
-    jobs are being counted (``recount.py``) and the count has not reached this one yet."""
-    if _every_job_counted(tr, type):
-        return True
-    db = remembered(tr)
-    if db is not None and db not in keys.LAYOUT.checked:
-        _counted.pop(db, None)
-    keys.upgrade_layout(tr)  # (an upgrade from layout 4 records the types to count here)
-    raw = value_of(tr.get(keys.recount_key(type)))
-    if raw is None:
-        if db is not None:
-            _counted.setdefault(db, set()).add(type)
-        return True
-    last = fdb_tuple.unpack(raw)[0]
-    return last is not None and job_id <= last
-
-
 # --- writers ---------------------------------------------------------------------------
 
 
-def _buckets(type: str, band: int | None, stime: float) -> tuple[bytes, ...]:
+def _buckets(type: str, band: int, stime: float) -> tuple[bytes, ...]:
     """The counters' prefixes (less the shard) of a pending entry of ``band`` at ``stime``."""
-    band = 0 if band is None else band  # a legacy entry is band 0's
     if not stime:
         return (_prefix(type, "asap", band),)
     second = int(stime)
     return _prefix(type, "at", second // 60, band), _prefix(type, "sec", second, band)
 
 
-def add_queued(tr, type: str, band: int | None, stime: float, n: int) -> None:
+def queued(tr, type: str, band: int, stime: float, n: int) -> None:
+    """A pending entry of band ``band`` at ``stime`` came (n=1) or went (n=-1)."""
     s, d = pack_int(shard(tr)), _delta(n)
     for prefix in _buckets(type, band, stime):
         tr.add(prefix + s, d)
 
 
-def queued(tr, type: str, band: int | None, stime: float, job_id: str, n: int) -> None:
-    """A pending entry of band ``band`` at ``stime`` came (n=1) or went (n=-1)."""
-    if counted(tr, type, job_id):
-        add_queued(tr, type, band, stime, n)
-
-
-def queued_many(tr, type: str, entries: list[tuple[int, float, str]]) -> None:
-    """``queued(..., 1)`` for each ``(band, stime, job_id)``: one add per counter."""
-    _add_summed(tr, [(type, band, stime, job_id) for band, stime, job_id in entries], 1)
+def queued_many(tr, type: str, entries: list[tuple[int, float]]) -> None:
+    """``queued(..., 1)`` for each ``(band, stime)``: one add per counter."""
+    _add_summed(tr, [(type, band, stime) for band, stime in entries], 1)
 
 
 def taken(tr, picked: list[bytes]) -> None:
     """The pending entries ``picked`` (keys of any queue) were taken: one add per counter."""
-    _add_summed(tr, [keys.queue_entry(key) for key in picked], -1)
+    _add_summed(tr, [keys.queue_entry(key)[:3] for key in picked], -1)
 
 
-def _add_summed(tr, entries: list[tuple[str, int, float, str]], n: int) -> None:
-    """Count ``n`` for each pending entry ``(type, band, stime, job_id)``, summed by counter."""
+def _add_summed(tr, entries: list[tuple[str, int, float]], n: int) -> None:
+    """Count ``n`` for each pending entry ``(type, band, stime)``, summed by counter."""
     times: dict[tuple, int] = {}  # (type, band, stime) -> entries counted (a batch shares a few)
-    every: dict[str, bool] = {}
-    for type, band, stime, job_id in entries:
-        if counted_in_batch(tr, type, job_id, every):
-            at = (type, band, stime)
-            times[at] = times.get(at, 0) + n
+    for at in entries:
+        times[at] = times.get(at, 0) + n
     tally: dict[bytes, int] = {}
     for at, total in times.items():
         for prefix in _buckets(*at):
@@ -163,13 +105,8 @@ def _add_summed(tr, entries: list[tuple[str, int, float, str]], n: int) -> None:
             tr.add(prefix + s, _delta(total))
 
 
-def changed(tr, type: str, job_id: str, state: str, n: int) -> None:
-    """The job came into (n=1) or left (n=-1) ``state``: running, finished or failed."""
-    if counted(tr, type, job_id):
-        add_state(tr, type, state, n)
-
-
-def add_state(tr, type: str, state: str, n: int) -> None:
+def changed(tr, type: str, state: str, n: int) -> None:
+    """A job came into (n=1) or left (n=-1) ``state``: running, finished or failed."""
     tr.add(_prefix(type, state) + pack_int(shard(tr)), _delta(n))
 
 
@@ -179,17 +116,16 @@ class Tally:
     started and finished, for the per-minute rates (``rates.py``), written the same way;
     and the types whose activity it stamps (:meth:`to_stamp`)."""
 
-    __slots__ = ("_sums", "_every", "_rated", "_stamped")
+    __slots__ = ("_sums", "_rated", "_stamped")
 
     def __init__(self):
         self._sums: dict[tuple[str, str], int] = {}
-        self._every: dict[str, bool] = {}  # type -> every job of it counted (asked once a type)
         self._rated: dict = {}  # (rates.py's)
         self._stamped: set[str] = set()
 
-    def changed(self, tr, type: str, job_id: str, state: str, n: int) -> None:
-        if counted_in_batch(tr, type, job_id, self._every):
-            self._sums[(type, state)] = self._sums.get((type, state), 0) + n
+    def changed(self, tr, type: str, state: str, n: int) -> None:
+        """:func:`changed`, summed (``tr``: for the signature they share)."""
+        self._sums[(type, state)] = self._sums.get((type, state), 0) + n
 
     def started(self, type: str, waits: list[float]) -> None:
         """Jobs of ``type`` started that waited ``waits`` seconds each (``rates.started``)."""
@@ -211,7 +147,7 @@ class Tally:
     def write(self, tr) -> None:
         for (type, state), n in self._sums.items():
             if n:
-                add_state(tr, type, state, n)
+                changed(tr, type, state, n)
         if self._rated:
             rates.write(tr, shard(tr), self._rated)
 
@@ -263,12 +199,8 @@ class Counts:
         return sum(p for p, _d, _a in self.bands.values())
 
 
-def read(tr, type: str, now: float) -> Counts | None:
-    """The type's counts now (snapshot reads), or None while they are not known: the type
-    is being counted, or the store is of an earlier layout (not upgraded yet)."""
-    stored = keys.LAYOUT.check(tr)
-    if stored is None or stored < 5 or tr.snapshot.get(keys.recount_key(type)).wait().present():
-        return None
+def read(tr, type: str, now: float) -> Counts:
+    """The type's counts now (snapshot reads)."""
     states = dict.fromkeys(STATES, 0)
     pending, due, asap = {}, {}, {}
 
@@ -295,7 +227,7 @@ def read(tr, type: str, now: float) -> Counts | None:
     return Counts(states["running"], states["finished"], states["failed"], bands)
 
 
-# --- upkeep (the activity monitor's) ---------------------------------------------------------
+# --- upkeep (``monitor/counters.py``'s) --------------------------------------------------------
 
 
 def prune(tr, type: str, now: float) -> int:

@@ -20,9 +20,7 @@ REASON_LIMIT = 500  # characters of the reason kept in the index
 
 
 def mark(tr, type: str, job_id: str, reason: str | None = None) -> None:
-    """Index the job as failed, now, with a one-line ``reason`` (a key only layout 2 knows:
-    the layout says so first)."""
-    keys.upgrade_layout(tr)
+    """Index the job as failed, now, with a one-line ``reason``."""
     reason = None if reason is None else reason[:REASON_LIMIT]
     tr.set(keys.failed_key(type, job_id), fdb_tuple.pack((time.time(), reason)))
 

@@ -218,7 +218,7 @@ class Turns:
         turn = None if raw is None else fdb_tuple.unpack(raw)[0]
         if turn is not None and lowest is not None and turn > lowest:
             return turns, None, turn  # served this turn already
-        found = pending.pick_from(self.tr, self._unkeyed, self.max_stime, 1, legacy=True)
+        found = pending.pick_from(self.tr, self._unkeyed, self.max_stime, 1)
         if not found:
             if turn is not None and lowest is not None and turn < lowest:
                 self.tr.clear(keys.unkeyed_turn_key(self.type))

@@ -66,7 +66,7 @@ def leave(tr, type: str, job_id: str) -> None:
     index and from the failed index."""
     failed_index.unmark(tr, type, job_id)
     entry = entry_of(tr, type, job_id)
-    counts.changed(tr, type, job_id, "finished" if entry is None else entry[0], -1)  # (failed: always indexed)
+    counts.changed(tr, type, "finished" if entry is None else entry[0], -1)  # (failed: always indexed)
     if entry is not None:
         tr.clear(keys.finished_key(type, *entry, job_id))
         tr.clear(keys.finished_job_key(type, job_id))
@@ -136,7 +136,7 @@ def backfill(tr, type: str, limit: int, unreadable: list | None = None) -> bool:
 
 def recent_failures(tr, type: str, limit: int) -> list[tuple[str, float, str | None]]:
     """``(id, at, reason)`` of the ``limit`` most recent failures, most recent first: this
-    index's failed entries (in order of time; layout 5 keeps one per failed job) and their
+    index's failed entries (in order of time; it keeps one per failed job) and their
     reasons from the failed index (snapshot reads)."""
     r = keys.FINISHED[type]["failed"].range()
     found = [keys.unpack_finished(key) for key, _v in tr.snapshot.get_range(r.start, r.stop, limit=limit,

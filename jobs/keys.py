@@ -3,16 +3,15 @@
 Everything lives under the tuple prefix ``("jobs",)``::
 
     ("jobs", "data", Type, JobId)            = (Seq, Lock, STime, Resubmit, Data, LastLock[, Worker, Lost[, Priority]])
-    ("jobs", "pending", Type, Priority, STime, JobId) = enqueue time (layout 3)
-    ("jobs", "pending", Type, STime, JobId)  = enqueue time or b"": a legacy entry (layouts 1-2)
+    ("jobs", "pending", Type, Priority, STime, JobId) = enqueue time
     ("jobs", "watches_pending", Type, Shard) = 8-byte little-endian counter (atomic add): one of 16
-                                               an enqueue bumps (layouts 1-5: no Shard, one key)
+                                               an enqueue bumps
     ("jobs", "watches_activity", Type, Shard) = 10-byte versionstamp of a change (the same)
     ("jobs", "activity_timeout", Type)       = (seconds,)
     ("jobs", "activity", Type, Seq)          = JobId as UTF-8
-    ("jobs", "failed", Type, JobId)          = (at, reason): finished failed (layout 2)
+    ("jobs", "failed", Type, JobId)          = (at, reason): finished failed
     ("jobs", "lost", Type)                   = 8-byte little-endian counter (atomic add):
-                                               re-enqueues by activity monitors (layout 2)
+                                               re-enqueues by activity monitors
     ("jobs", "schedules", Type)              = (cron, tz, last tick enqueued): the type's cron
                                                schedule (schedules.py)
     ("jobs", "finished", Type, Kind, At, JobId) = b"": finished jobs by when they finished
@@ -26,7 +25,7 @@ Everything lives under the tuple prefix ``("jobs",)``::
                                                or of the job key Scope, held by JobId
     ("jobs", "starts", Type, Scope, I)       = (at,): rate slot I, last used to start a job at At
     ("jobs", "kpending", Type, Key, Priority, STime, JobId) = enqueue time: a keyed job's
-                                               pending entry, in its key's own queue (layout 4)
+                                               pending entry, in its key's own queue
     ("jobs", "keys", Type, 0, Turn, Key)     = b"": the rotation of keys with due jobs
     ("jobs", "keys", Type, 1, Until, Key)    = b"": keys whose next job (or rate) is due at Until
     ("jobs", "keys", Type, 2, Key)           = b"": keys at their running limit
@@ -38,7 +37,6 @@ Everything lives under the tuple prefix ``("jobs",)``::
                                                StaleAfter, Held, HeldJobs): a running processor
                                                (``workers.py``)
     ("jobs", "counts", Type, ...)            = counter: the type's jobs by state (``counts.py``)
-    ("jobs", "recount", Type)                = (JobId | None,): how far counting them has come
     ("jobs", "meta", "layout")               = (LAYOUT_VERSION,)
     ("jobs", "meta", "store_id")             = (16 random bytes,)
 
@@ -48,37 +46,25 @@ before every float).  A running job's row and its activity key carry the same ve
 ``Seq``; the activity keys of one type are therefore in order of last activity, which is
 what the activity monitor scans.
 
-Layout 3 puts the job's ``Priority`` (an int, lower first; 0 by default) in its pending
-key, so that each type's queue is a run of priority *bands*, each ordered by scheduled time
-(couch_jobs' key has no priority: with every job at 0 the order is couch_jobs').  Pending
-keys written by layouts 1 and 2 (``legacy`` entries, with a float where the priority is)
-sort after every band, since the tuple layer sorts ints before floats; they are read as
-priority 0 wherever they are (``pending.py``), and moved into band 0 by
-:func:`jobs.pending.migrate_legacy` in bounded batches (the activity monitor does it).
+Each type's queue is a run of priority *bands* (the job's ``Priority``, an int, lower
+first; 0 by default), each ordered by scheduled time (couch_jobs' key has no priority: with
+every job at 0 the order is couch_jobs').
 
 ``finished`` indexes every finished job (``Kind`` ``"failed"`` or ``"finished"``, without
 failing) by ``At``, the finishing process's wall clock, so that retention (``retention.py``)
 finds the oldest ones without reading rows; ``finished_job`` says where a job's entry is, so
 whoever changes or removes a finished job clears it (``finished.py``).  ``retention`` holds a
 type's retention periods; ``retention_backfill`` how far the one-time indexing of jobs
-finished before the index existed has come.  These four came with layout 3.
+finished before the type had a retention has come.
 
-Layout 4 adds job *keys* (``kpending``, ``keys``, ``key``, ``unkeyed_turn``: ``fairness.py``),
-limits (``limits``, ``slots``, ``starts``: ``limits.py``; keyed or limited rows carry two more
-fields, ``codec.py``), and, which older releases ignore (writing them upgrades nothing), the
-per-minute ``rates`` (``rates.py``) and the workers registry (``workers.py``).  Layout 5
-adds the ``counts`` of jobs by state, and puts every failed job in the ``finished`` index;
-upgrading to it records the types to count in ``recount`` (``counts.py``).  Layout 6 spreads
-a type's activity stamp and pending wake over 16 keys each (a cluster's first keys to
-saturate: ``bench/capacity.py``); watchers watch all (``wakeups.py``).
+Job *keys* (``kpending``, ``keys``, ``key``, ``unkeyed_turn``) take turns (``fairness.py``);
+``limits``, ``slots`` and ``starts`` hold a type's limits and the slots that enforce them
+(``limits.py``).  A type's activity stamp and pending wake are each spread over 16 keys (a
+cluster's first keys to saturate: ``bench/capacity.py``); watchers watch all (``wakeups.py``).
 
-``meta/layout`` is checked the first time a database is used, so a store written by a newer
-release is refused instead of misread.  Layout 2 added the row's Worker and Lost fields and
-the ``failed`` and ``lost`` subspaces; it reads every layout-1 store as it is, and raises
-the stored version to 2 in the first transaction that writes a row or key a layout-1
-release could not read (:func:`upgrade_layout`), so that such a release then refuses the
-store; layout 3 does the same with its band keys and rows that carry a priority.
-``meta/store_id`` is written with the first type timeout and travels in every
+``meta/layout`` holds the job layer's layout version (:data:`LAYOUT`, ``layouts.py``),
+checked the first time a database handle is used, so that a store written by a newer
+release is refused instead of misread.  ``meta/store_id`` is written with the first type timeout and travels in every
 ``Job``, so a Job used against another store is detected.
 """
 
@@ -93,26 +79,14 @@ from .engine import tuple as fdb_tuple
 from .errors import LayoutError, StoreError
 from .layouts import Layout
 
-LAYOUT_VERSION = 6
-ACTIVITY_SHARDS = 16  # keys a type's activity stamp is spread over (layout 6)
-PENDING_SHARDS = 16  # keys a type's pending wake is spread over (layout 6)
+LAYOUT_VERSION = 1
+ACTIVITY_SHARDS = 16  # keys a type's activity stamp is spread over
+PENDING_SHARDS = 16  # keys a type's pending wake is spread over
 KEY_LIMIT = 10_000  # FoundationDB's key size limit
 
-
-def _to_layout_5(tr) -> None:
-    """Every type with jobs is to be counted (``recount.py``); types without jobs are
-    counted from their first one (``counts.py``).  One read per type."""
-    begin, end = DATA.range().start, DATA.range().stop
-    while found := list(tr.snapshot.get_range(begin, end, limit=1)):
-        type = DATA.unpack(found[0].key)[0]
-        tr.set(recount_key(type), fdb_tuple.pack((None,)))
-        begin = DATA[type].range().stop
+LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError, newer=LayoutError)
 
 
-# Layouts 3 to 6 read the stores of layouts 1 to 5 as they are (legacy pending entries and
-# activity stamps included); upgrading to 5 records the types whose jobs are to be counted.
-LAYOUT = Layout("job", prefixes.JOBS, LAYOUT_VERSION, key=("meta", "layout"), error=StoreError,
-                newer=LayoutError, migrations={1: None, 2: None, 3: None, 4: _to_layout_5, 5: None})
 ROOT = LAYOUT.space
 DATA = ROOT["data"]
 PENDING = ROOT["pending"]
@@ -138,7 +112,6 @@ UNKEYED_TURN = ROOT["unkeyed_turn"]
 RATES = ROOT["rates"]
 WORKERS = ROOT["workers"]
 COUNTS = ROOT["counts"]
-RECOUNT = ROOT["recount"]
 META = ROOT["meta"]
 
 LAYOUT_KEY = LAYOUT.key
@@ -152,10 +125,6 @@ def _prefix(subspace: Subspace, type: str) -> bytes:
 
 def data_key(type: str, job_id: str) -> bytes:
     return _prefix(DATA, type) + pack_str(job_id)
-
-
-LEGACY = None  # the band of legacy pending entries (read as priority 0)
-_FLOAT_CODE = b"\x21"  # the tuple layer's code of a float: where a legacy entry's STime starts
 
 
 @functools.lru_cache(maxsize=4096)
@@ -195,98 +164,80 @@ def stime_of(pending: bytes) -> float:
 _QUEUE_TYPE_AT = len(prefixes.JOBS) + 1
 
 
-def queue_entry(pending: bytes) -> tuple[str, int | None, float, str]:
-    """``(type, priority, stime, job_id)`` of a pending key of any queue (LEGACY priority:
-    a legacy entry)."""
+def queue_entry(pending: bytes) -> tuple[str, int, float, str]:
+    """``(type, priority, stime, job_id)`` of a pending key of any queue."""
     fields = _pending_fields(pending)
-    priority = fields[-3]
-    return fields[_QUEUE_TYPE_AT], (priority if type(priority) is int else LEGACY), fields[-2], fields[-1]
-
-
-def legacy_pending_key(type: str, stime: float, job_id: str) -> bytes:
-    """The pending key layouts 1 and 2 wrote for the job."""
-    if not isinstance(stime, float):
-        return PENDING.pack((type, stime, job_id))
-    return _prefix(PENDING, type) + pack_double(stime) + pack_str(job_id)
+    return fields[_QUEUE_TYPE_AT], fields[-3], fields[-2], fields[-1]
 
 
 def pending_prefix(type: str) -> bytes:
-    """Prefix of all the type's pending keys (every band, legacy entries included)."""
+    """Prefix of all the type's pending keys (every band)."""
     return _prefix(PENDING, type)
 
 
-def band_prefix(type: str, priority: int | None, stime: float | None = None) -> bytes:
-    """Prefix of the pending keys of band ``priority`` (LEGACY: the legacy entries), or of
-    those scheduled exactly at ``stime`` in it."""
-    if priority is LEGACY:
-        return _prefix(PENDING, type) + (_FLOAT_CODE if stime is None else pack_double(float(stime)))
+def band_prefix(type: str, priority: int, stime: float | None = None) -> bytes:
+    """Prefix of the pending keys of band ``priority``, or of those scheduled exactly at
+    ``stime`` in it."""
     return _band(type, priority) + (b"" if stime is None else pack_double(float(stime)))
 
 
-def queue_band(queue: bytes, priority: int | None, stime: float | None = None) -> bytes:
-    """:func:`band_prefix` in any queue: a type's (LEGACY: its legacy entries) or a key's."""
-    if priority is LEGACY:
-        return queue + (_FLOAT_CODE if stime is None else pack_double(float(stime)))
+def queue_band(queue: bytes, priority: int, stime: float | None = None) -> bytes:
+    """:func:`band_prefix` in any queue: a type's or a job key's."""
     return queue + pack_int(priority) + (b"" if stime is None else pack_double(float(stime)))
 
 
-def band_of(type: str, key: bytes) -> int | None:
-    """The priority of a pending key of ``type`` (LEGACY for a legacy entry), read without
-    unpacking the whole key: accept reads it for every band it looks at."""
+def band_of(type: str, key: bytes) -> int:
+    """The priority of a pending key of ``type``, read without unpacking the whole key:
+    accept reads it for every band it looks at."""
     return band_in(_prefix(PENDING, type), key)
 
 
-def band_in(queue: bytes, key: bytes) -> int | None:
+def band_in(queue: bytes, key: bytes) -> int:
     """:func:`band_of` for a pending key of the queue whose prefix is ``queue``."""
-    pos = len(queue)
-    if key[pos:pos + 1] == _FLOAT_CODE:
-        return LEGACY
-    return read_int(key, pos)[0]
+    return read_int(key, len(queue))[0]
 
 
-def entry_in(queue: bytes, key: bytes) -> tuple[int | None, float, str]:
+def entry_in(queue: bytes, key: bytes) -> tuple[int, float, str]:
     """:func:`pending_entry` for a pending key of the queue ``queue``."""
-    fields = fdb_tuple.unpack(key[len(queue):])
-    return (LEGACY, *fields) if len(fields) == 2 else fields
+    return fdb_tuple.unpack(key[len(queue):])
 
 
-def pending_entry(key: bytes) -> tuple[int | None, float, str]:
-    """``(priority, stime, job_id)`` of a pending key; priority LEGACY for a legacy entry."""
-    fields = PENDING.unpack(key)
-    return (LEGACY, *fields[1:]) if len(fields) == 3 else fields[1:]
+def pending_entry(key: bytes) -> tuple[int, float, str]:
+    """``(priority, stime, job_id)`` of a pending key."""
+    return PENDING.unpack(key)[1:]
 
 
 @functools.lru_cache(maxsize=4096)  # (every enqueue packs one)
-def watches_pending_key(type: str, shard: int | None = None) -> bytes:
-    """The type's pending wake ``shard`` (None: the one key of layouts 1-5)."""
-    return WATCHES_PENDING.pack((type,) if shard is None else (type, shard))
+def watches_pending_key(type: str, shard: int) -> bytes:
+    """The type's pending wake ``shard``."""
+    return WATCHES_PENDING.pack((type, shard))
 
 
 @functools.lru_cache(maxsize=4096)  # (every change to a job packs one)
-def watches_activity_key(type: str, shard: int | None = None) -> bytes:
-    """The type's activity stamp ``shard`` (None: the one key of layouts 1-5)."""
-    return WATCHES_ACTIVITY.pack((type,) if shard is None else (type, shard))
+def watches_activity_key(type: str, shard: int) -> bytes:
+    """The type's activity stamp ``shard``."""
+    return WATCHES_ACTIVITY.pack((type, shard))
 
 
 def watches_pending_keys(type: str) -> list[bytes]:
-    """Every key a wake of the type may bump: the one of layouts 1-5 (an older process may
-    still bump it) and the shards (the same for :func:`watches_activity_keys`)."""
-    return [watches_pending_key(type)] + [watches_pending_key(type, i) for i in range(PENDING_SHARDS)]
+    """Every key a wake of the type may bump: its shards (the same for
+    :func:`watches_activity_keys`)."""
+    return [watches_pending_key(type, i) for i in range(PENDING_SHARDS)]
 
 
 def watches_pending_range(type: str) -> tuple[bytes, bytes]:
     """The keys of :func:`watches_pending_keys` (and nothing else) as one range."""
-    begin = watches_pending_key(type)
+    begin = _prefix(WATCHES_PENDING, type)
     return begin, strinc(begin)
 
 
 def watches_activity_keys(type: str) -> list[bytes]:
-    return [watches_activity_key(type)] + [watches_activity_key(type, i) for i in range(ACTIVITY_SHARDS)]
+    return [watches_activity_key(type, i) for i in range(ACTIVITY_SHARDS)]
 
 
 def watches_activity_range(type: str) -> tuple[bytes, bytes]:
     """The keys of :func:`watches_activity_keys` (and nothing else) as one range."""
-    begin = watches_activity_key(type)
+    begin = _prefix(WATCHES_ACTIVITY, type)
     return begin, strinc(begin)
 
 
@@ -391,23 +342,18 @@ def worker_key(worker_id: str) -> bytes:
     return WORKERS.pack((worker_id,))
 
 
-def recount_key(type: str) -> bytes:
-    return RECOUNT.pack((type,))
-
-
 # --- layout version ----------------------------------------------------------------------
-
-_checked = LAYOUT.checked  # databases seen at this layout version
 
 
 def check_layout(tr) -> None:
-    """Raise LayoutError if the store was written by a newer layout.  Read once per database
-    once it is this release's (a snapshot read: adds no conflicts to the caller's
-    transaction)."""
-    LAYOUT.check(tr, version=LAYOUT_VERSION)  # read here, so that a test can play an older release
+    """Raise LayoutError if the store was written by a newer release (StoreError if it is
+    to be migrated first).  Read once per database handle once it is this release's (a
+    snapshot read: adds no conflicts to the caller's transaction)."""
+    LAYOUT.check(tr)
 
 
-def upgrade_layout(tr) -> None:
-    """Before ``tr`` writes what only this layout can read: record this layout's version
-    unless the store is known to have it.  Raises LayoutError for a newer store."""
-    LAYOUT.upgrade(tr)
+def ensure_layout(tr) -> None:
+    """Before ``tr`` writes a record that may come before the store's first type timeout
+    (which records the version with the store id): :func:`check_layout`, and the version
+    recorded if the store has none yet."""
+    LAYOUT.ensure(tr)

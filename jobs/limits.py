@@ -109,7 +109,7 @@ def set_limits(tr, type: str, *, concurrency: int | None = None, rate=None,
         if new == Limits():
             tr.clear(keys.limits_key(type))
         else:
-            keys.upgrade_layout(tr)  # a release that does not know limits must not take the jobs
+            keys.ensure_layout(tr)  # (maybe before the type has a timeout)
             tr.set(keys.limits_key(type), _encode(new))
         pending.wake(tr, type)  # accepts waiting on a full limit look again
 

@@ -31,7 +31,7 @@ def pause(tr, type: str) -> None:
     def body(tr):
         if value_of(flag(tr, type)) is not None:
             return
-        keys.upgrade_layout(tr)  # a release that does not know pauses must not take the jobs
+        keys.ensure_layout(tr)  # (maybe before the type has a timeout)
         tr.set(keys.paused_key(type), fdb_tuple.pack((time.time(),)))
 
     within_store(tr, body)

@@ -13,8 +13,7 @@ too few due jobs.
 Bands are found by skipping from one to the next (one snapshot read each, which also reads
 the band's head), so a band whose jobs are all scheduled in the future costs one read and
 does not hide the due jobs of worse bands; the cost grows with the number of priorities
-in use, never with the number of jobs.  Legacy entries (written by layouts 1 and 2, sorted
-after every band) are read as band 0: looked at before the first band worse than 0.
+in use, never with the number of jobs.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ from bisect import bisect_left
 from . import counts, keys, places, store_ids, txstate, wakeups
 from .codec import pack_str
 from .engine import KeySelector, strinc
-from .engine.transactional import run
 
-MIGRATION_BATCH = 1000  # legacy pending entries moved per transaction (~100 kB of writes)
 SAMPLE = places.SLOTS  # head of the queue read to pick from: enough that a few workers rarely pick alike
 BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8
 _ONE = (1).to_bytes(8, "little")
@@ -47,10 +44,8 @@ def _at_place(tr, due: list[bytes]) -> bytes:
 def enqueue(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
     """Queue the job in band ``priority`` at ``stime``: in the type's queue, or in its job
     key's queue (``key``; ``fairness.enqueue`` also brings the key into the rotation)."""
-    # A key only layout 3 can read: the store's layout says 3 first (no read once known).
-    keys.upgrade_layout(tr)
     put_entry(tr, type, priority, stime, job_id, key, queued_now())
-    counts.queued(tr, type, priority, stime, job_id, 1)
+    counts.queued(tr, type, priority, stime, 1)
     wake(tr, type)
 
 
@@ -62,7 +57,7 @@ def queued_now() -> bytes:
 
 
 def put_entry(tr, type: str, priority: int, stime: float, job_id: str, key: str | None, queued: bytes) -> None:
-    """The job's pending entry alone (:func:`enqueue` without the layout, counts and wake:
+    """The job's pending entry alone (:func:`enqueue` without the counts and wake:
     for callers that do those once for many jobs)."""
     if key is None:
         tr.set(keys.pending_key(type, priority, stime, job_id), queued)
@@ -73,7 +68,6 @@ def put_entry(tr, type: str, priority: int, stime: float, job_id: str, key: str 
 def wake(tr, type: str) -> None:
     """Wake the accepts waiting for jobs of ``type`` (a job was enqueued, the type resumed):
     bump one of its wake shards, the same for all of ``tr``'s wakes."""
-    keys.upgrade_layout(tr)  # (a layout-5 release would not see it)
     tr.add(keys.watches_pending_key(type, counts.shard(tr, keys.PENDING_SHARDS)), _ONE)
 
 
@@ -83,16 +77,13 @@ def queued_at(value: bytes) -> float | None:
 
 
 def remove(tr, type: str, priority: int, stime: float, job_id: str, key: str | None = None) -> None:
-    """Drop the job's entry, and its legacy entry if it has one (a blind clear: nothing to
-    read, and a migration that moves that entry meanwhile conflicts and finds it gone).
-    A keyed job's key stays in the rotation until an accept finds its queue empty."""
-    counts.queued(tr, type, priority, stime, job_id, -1)
+    """Drop the job's entry (a blind clear: nothing to read).  A keyed job's key stays in
+    the rotation until an accept finds its queue empty."""
+    counts.queued(tr, type, priority, stime, -1)
     if key is not None:
         tr.clear(keys.keyed_pending_key(type, key, priority, stime, job_id))
         return
     tr.clear(keys.pending_key(type, priority, stime, job_id))
-    if priority == 0:
-        tr.clear(keys.legacy_pending_key(type, stime, job_id))
 
 
 def _job_id(key: bytes) -> str:
@@ -136,33 +127,23 @@ def waits(tr, picked: list[bytes], now: float) -> list[float]:
 
 
 def bands(tr, type: str, window: int = 1):
-    """``(priority, head)`` for each band of ``type`` that has pending jobs, best first
-    (priority LEGACY for the legacy entries, in band 0's place); ``head``: up to ``window``
-    keys from the band's first (snapshot reads; it may run on into the next bands)."""
-    return queue_bands(tr, keys.pending_prefix(type), window, legacy=True)
+    """``(priority, head)`` for each band of ``type`` that has pending jobs, best first;
+    ``head``: up to ``window`` keys from the band's first (snapshot reads; it may run on
+    into the next bands)."""
+    return queue_bands(tr, keys.pending_prefix(type), window)
 
 
-def queue_bands(tr, queue: bytes, window: int = 1, legacy: bool = False, seen: dict | None = None):
+def queue_bands(tr, queue: bytes, window: int = 1, seen: dict | None = None):
     """:func:`bands` of the queue whose prefix is ``queue`` (a type's, or a job key's:
-    ``keys.key_queue``, which has no legacy entries); ``seen`` keeps the heads' values."""
+    ``keys.key_queue``); ``seen`` keeps the heads' values."""
     begin, end = queue, strinc(queue)
-    legacy_seen = not legacy
     while head := _read(tr, begin, end, window, seen):
         priority = keys.band_in(queue, head[0])
-        if priority is keys.LEGACY:  # every key from here on is legacy
-            if not legacy_seen:
-                yield keys.LEGACY, head
-            return
-        if priority > 0 and not legacy_seen:
-            legacy_seen = True
-            legacy_band = keys.queue_band(queue, keys.LEGACY)
-            if legacy_head := _read(tr, legacy_band, strinc(legacy_band), window, seen):
-                yield keys.LEGACY, legacy_head
         yield priority, head
         begin = strinc(keys.queue_band(queue, priority))
 
 
-def _due_end(queue: bytes, priority: int | None, max_stime: float) -> bytes:
+def _due_end(queue: bytes, priority: int, max_stime: float) -> bytes:
     """End of the keys of band ``priority`` of ``queue`` scheduled at or before ``max_stime``."""
     return strinc(keys.queue_band(queue, priority, max_stime))
 
@@ -217,16 +198,16 @@ def take(tr, picked: list[bytes]) -> list[str]:
 
 
 def _pick_from_heads(tr, type: str, max_stime: float, limit: int) -> list[bytes]:
-    return pick_from(tr, keys.pending_prefix(type), max_stime, limit, legacy=True)
+    return pick_from(tr, keys.pending_prefix(type), max_stime, limit)
 
 
-def pick_from(tr, queue: bytes, max_stime: float, limit: int, legacy: bool = False) -> list[bytes]:
+def pick_from(tr, queue: bytes, max_stime: float, limit: int) -> list[bytes]:
     """Up to ``limit`` due keys of the queue whose prefix is ``queue``, best band first
     (one at this thread's place in the head for a limit of 1, else a run at random), read
     without a conflict."""
     window = SAMPLE if limit == 1 else limit * BATCH_SPREAD
     picked: list[bytes] = []
-    for priority, head in queue_bands(tr, queue, window, legacy, _seen(tr)):
+    for priority, head in queue_bands(tr, queue, window, _seen(tr)):
         due = head[:bisect_left(head, _due_end(queue, priority, max_stime))]  # (a head is sorted)
         if not due:
             continue  # only future jobs in this band: the next one may have due jobs
@@ -295,7 +276,7 @@ def _run_near(tr, prefix: bytes, probe: bytes, limit: int) -> list[bytes]:
 def count(tr, type: str, max_stime: float | None = None, limit: int | None = None) -> int:
     """Pending jobs scheduled at or before ``max_stime`` (None: all), at most ``limit``,
     keyed jobs included.  A snapshot read."""
-    total = count_in(tr, keys.pending_prefix(type), max_stime, limit, legacy=True)
+    total = count_in(tr, keys.pending_prefix(type), max_stime, limit)
     if limit is not None and total >= limit:
         return total
     if max_stime is None:  # every keyed job: one range
@@ -314,10 +295,10 @@ def queued_keys(tr, type: str) -> list[str]:
     return [keys.KEY_STATE.unpack(bytes(k))[1] for k, _v in tr.snapshot.get_range(r.start, r.stop)]
 
 
-def count_in(tr, queue: bytes, max_stime: float | None, limit: int | None, legacy: bool = False) -> int:
+def count_in(tr, queue: bytes, max_stime: float | None, limit: int | None) -> int:
     """:func:`count` of the queue whose prefix is ``queue``."""
     total = 0
-    for priority, _head in queue_bands(tr, queue, legacy=legacy):
+    for priority, _head in queue_bands(tr, queue):
         if limit is not None and total >= limit:
             break
         begin = keys.queue_band(queue, priority)
@@ -329,46 +310,18 @@ def count_in(tr, queue: bytes, max_stime: float | None, limit: int | None, legac
 def next_due(tr, type: str, after: float) -> float | None:
     """Scheduled time of the earliest pending job due later than ``after``, if any, in any
     band.  Snapshot reads: the pending watch covers changes."""
-    return next_due_in(tr, keys.pending_prefix(type), after, legacy=True)
+    return next_due_in(tr, keys.pending_prefix(type), after)
 
 
-def next_due_in(tr, queue: bytes, after: float, legacy: bool = False) -> float | None:
+def next_due_in(tr, queue: bytes, after: float) -> float | None:
     """:func:`next_due` of the queue whose prefix is ``queue``."""
     earliest = None
-    for priority, _head in queue_bands(tr, queue, legacy=legacy):
+    for priority, _head in queue_bands(tr, queue):
         later = _read(tr, _due_end(queue, priority, after), strinc(keys.queue_band(queue, priority)), 1)
         if later:
             stime = keys.entry_in(queue, later[0])[1]
             earliest = stime if earliest is None else min(earliest, stime)
     return earliest
-
-
-def migrate_legacy(tr, type: str, limit: int) -> int:
-    """Move up to ``limit`` legacy entries of ``type`` into band 0 (their jobs' priority:
-    rows of layouts 1 and 2 have none), keeping their values; returns how many (fewer than
-    ``limit``: none left).  Conflicting reads: an accept or a remove that takes one of them
-    meanwhile conflicts with this batch, so each job stays in the queue exactly once.
-    Idempotent: a batch retried after 1021 finds its entries moved."""
-    legacy = keys.band_prefix(type, keys.LEGACY)
-    batch = list(tr.get_range(legacy, strinc(legacy), limit=limit))
-    if batch:
-        keys.upgrade_layout(tr)  # band keys: the layout says 3 first
-    for key, value in batch:
-        _legacy, stime, job_id = keys.pending_entry(key)
-        tr.set(keys.pending_key(type, 0, stime, job_id), value)
-        tr.clear(key)
-    return len(batch)
-
-
-def migrate_type(db, type: str, batch: int = MIGRATION_BATCH) -> int:
-    """Move every legacy entry of ``type`` into band 0, ``batch`` per transaction (each its
-    own: a store of a million jobs cannot move in one); how many were moved."""
-    moved = 0
-    while True:
-        n = run(db, migrate_legacy, type, batch)
-        moved += n
-        if n < batch:
-            return moved
 
 
 def watch(tr, type: str):

@@ -22,8 +22,8 @@ counters, its retried runs counted as finished: a key it added to is read as wel
 add of 24 bytes cuts a longer value to its length, losing only that minute's retried.)  Every count is an atomic add, which never
 conflicts, in one shard per transaction (``counts.shard``) so that no one key takes every
 worker's writes.  A read sums the last hour: at most 60 minutes x (1 + the buckets in use)
-x ``counts.SHARDS`` small keys.  Minutes older than ``KEEP`` are cleared by the activity
-monitor (:func:`prune`).
+x ``counts.SHARDS`` small keys.  Minutes older than ``KEEP`` are cleared by the counters'
+upkeep (:func:`prune`, ``monitor/counters.py``).
 
 Earlier versions wrote one 8-byte counter a key, ``Kind`` in place of ``Bucket``:
 ``"finished"``, ``"failed"`` or ``("wait", Bucket)``; :func:`read` sums those too, for the

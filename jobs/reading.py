@@ -82,18 +82,13 @@ def get_times(tr, type: str, job_id: str) -> JobTimes:
 
 
 def _enqueued(tr, type: str, job_id: str, row: Row) -> float | None:
-    """When the pending job's entry was written (its band's, else its legacy entry's)."""
+    """When the pending job's entry was written."""
     if row.key is not None:
-        candidates = [keys.keyed_pending_key(type, row.key, row.priority, row.stime, job_id)]
+        key = keys.keyed_pending_key(type, row.key, row.priority, row.stime, job_id)
     else:
-        candidates = [keys.pending_key(type, row.priority, row.stime, job_id)]
-        if row.priority == 0:
-            candidates.append(keys.legacy_pending_key(type, row.stime, job_id))
-    for key in candidates:
-        raw = value_of(tr.snapshot.get(key))
-        if raw is not None:
-            return pending.queued_at(raw)
-    return None
+        key = keys.pending_key(type, row.priority, row.stime, job_id)
+    raw = value_of(tr.snapshot.get(key))
+    return None if raw is None else pending.queued_at(raw)
 
 
 def get_jobs(tr, type: str | None = None, *, unreadable: list | None = None) -> list[JobInfo]:

@@ -5,7 +5,7 @@ row's priority, scheduled time and job key; its activity key from its Seq; its r
 slots), so it cannot remove such a job.  :func:`remove_unreadable` finds those keys
 instead, by reading the ranges of the type that may hold them, a page per transaction:
 
-* queue entries: the type's queue (every band, legacy entries) and its job keys' queues;
+* queue entries: the type's queue (every band) and its job keys' queues;
 * an activity key (a running job) and the running slots it holds;
 * the finished index (a finished or failed job), found by the job's id as ``remove`` does.
 
@@ -120,7 +120,7 @@ def _remove(tr, type: str, job_id: str, found: Found) -> Found:
     now = {k: value_of(f) for k, f in reads}
     queue = [k for k in found.queue if now[k] is not None]
     activity, slots = ([k for k in keys_found if now[k] == name] for keys_found in (found.activity, found.slots))
-    made = list(dict.fromkeys(_pending_row(k) for k in queue))  # (a band-0 entry's row clears its legacy one too)
+    made = list(dict.fromkeys(_pending_row(k) for k in queue))
     if activity:
         _type, seq = keys.ACTIVITY.unpack(activity[0])
         made.append(Row(seq, b"", 0.0, False, b"", slots=_slots_field(slots)))
@@ -136,10 +136,10 @@ def _remove(tr, type: str, job_id: str, found: Found) -> Found:
 
 
 def _pending_row(entry: bytes) -> Row:
-    """A pending row saying what queue entry ``entry`` says (a legacy entry: band 0)."""
+    """A pending row saying what queue entry ``entry`` says."""
     _type, priority, stime, _id = keys.queue_entry(entry)
     key = keys.KPENDING.unpack(entry)[1] if entry.startswith(keys.KPENDING.key()) else None
-    return Row(None, None, stime, False, b"", priority=priority or 0, key=key)
+    return Row(None, None, stime, False, b"", priority=priority, key=key)
 
 
 def _slots_field(slots: list[bytes]) -> tuple | None:

@@ -67,7 +67,7 @@ def _store(tr, type: str, raw: bytes | None) -> None:
     if raw is None:
         tr.clear(key)
         return
-    keys.upgrade_layout(tr)  # a release without the finished index must not finish jobs here
+    keys.ensure_layout(tr)  # (maybe before the type has a timeout)
     if current is None:  # finishes were not indexed meanwhile: the backfill starts over
         tr.clear(keys.retention_backfill_key(type))
     tr.set(key, raw)

@@ -59,16 +59,8 @@ def decode(raw: bytes | None, type: str, job_id: str, unreadable: list | None = 
         return UNREADABLE
 
 
-def _layout_for(tr, row: Row) -> None:
-    """A row with layout 2's or 3's fields: the store's layout must say so before it is
-    written."""
-    if row.worker is not None or row.lost is not None or row.priority or row.key is not None or row.slots:
-        keys.upgrade_layout(tr)
-
-
 def put(tr, type: str, job_id: str, row: Row) -> None:
     """Write a row that is not running (pending or finished)."""
-    _layout_for(tr, row)
     key = keys.data_key(type, job_id)
     ahead.written(tr, key)
     tr.set(key, encode_row(row))
@@ -78,7 +70,6 @@ def put_running(tr, type: str, job_id: str, row: Row, stamp: bool = True) -> Non
     """Write a running row whose Seq is this commit's versionstamp, with its activity key
     (``row.seq`` is ignored; clear the previous activity key first).  ``stamp=False``: the
     caller stamps the type's activity itself (once for a batch)."""
-    _layout_for(tr, row)
     seq = _new_seq(tr)
     key = keys.data_key(type, job_id)
     ahead.written(tr, key)
@@ -90,15 +81,14 @@ def put_running(tr, type: str, job_id: str, row: Row, stamp: bool = True) -> Non
 
 def make_pending_many(tr, type: str, new: list[tuple[bytes, str, float, int, bytes]]) -> None:
     """Make new unkeyed jobs ``(data key, id, stime, priority, raw data)`` pending, as
-    :func:`make_pending` does each, with the layout, counts, wake and activity stamp
-    written once for all."""
-    keys.upgrade_layout(tr)
+    :func:`make_pending` does each, with the counts, wake and activity stamp written
+    once for all."""
     queued = pending.queued_now()
     for key, job_id, stime, priority, raw in new:
         ahead.written(tr, key)
         tr.set(key, encode_new_row(stime, raw, priority))
         pending.put_entry(tr, type, priority, stime, job_id, None, queued)
-    counts.queued_many(tr, type, [(priority, stime, job_id) for _key, job_id, stime, priority, _raw in new])
+    counts.queued_many(tr, type, [(priority, stime) for _key, _id, stime, priority, _raw in new])
     pending.wake(tr, type)
     bump_activity(tr, type)
 
@@ -120,7 +110,7 @@ def stop_running(tr, type: str, job_id: str, row: Row, changed=counts.changed) -
     ``changed``: how the running count is changed (``counts.Tally.changed`` for a batch)."""
     clear_activity(tr, type, row)
     if row.lock is not None:
-        changed(tr, type, job_id, "running", -1)
+        changed(tr, type, "running", -1)
         key = limits.free(tr, type, row.slots)
         if key is not None:
             fairness.unblock(tr, type, key)
@@ -141,7 +131,6 @@ def clear_activity(tr, type: str, row: Row) -> None:
 def bump_activity(tr, type: str) -> None:
     """Stamp the type's activity (one of its ``watches_activity`` shards, the same for all
     of ``tr``'s stamps): wakes monitors and subscribers of the type."""
-    keys.upgrade_layout(tr)  # (a layout-5 release would not see the stamp)
     tr.set_versionstamped_value(keys.watches_activity_key(type, counts.shard(tr, keys.ACTIVITY_SHARDS)), _STAMP_AT_0)
 
 

@@ -79,7 +79,6 @@ def set_schedule(tr, type: str, expression: str, tz: str = DEFAULT_TZ) -> bool:
         found = _record(tr, type)
         if found is not None and found[0] == cron:
             return False
-        keys.upgrade_layout(tr)
         _put(tr, type, cron, at)
         return True
 

@@ -5,9 +5,9 @@ every job row (see ``keys.py`` for the layout):
   ``due`` and ``due_asap`` (due jobs added with no scheduled time), per priority band
   (``bands``; keyed jobs included), ``running``, ``finished`` (without failing) and
   ``failed``; ``lost``, the workers lost by the type's jobs in all, from the counter the
-  activity monitor keeps.  The cost does not grow with the number of jobs.  A type whose
-  jobs are still being counted (a store of an earlier layout), or every type when asked
-  for ``exact`` counts, is counted from its ranges key by key (``status_ranges.py``).
+  activity monitor keeps.  The cost does not grow with the number of jobs.  Asked for
+  ``exact`` counts, every type is counted from its ranges key by key
+  (``status_ranges.py``).
 * how long the longest-waiting due job has waited: since it was enqueued or fell due,
   whichever is later (each pending entry records when it was enqueued, by the enqueuer's
   wall clock), among the first ``status_ranges.SAMPLE`` due jobs of each band, the next
@@ -75,7 +75,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class Band:
-    """The pending jobs of one priority (legacy entries counted in 0)."""
+    """The pending jobs of one priority."""
 
     priority: int
     pending: int
@@ -182,7 +182,7 @@ class _Look(NamedTuple):
 
     version: int
     timeout: float | None
-    counts: counts_mod.Counts | None  # None: counted from the ranges (``exact``, or being counted)
+    counts: counts_mod.Counts | None  # None: counted from the ranges (``exact``)
     ranges: dict  # name -> (begin, end, page size, whole): ``status_ranges.ranges``
     pages: dict  # name -> the first page of the range: (count, next page's start, kept entries)
     failures: list  # (id, at, reason) of the most recent failures, when ``counts``

@@ -2,8 +2,7 @@
 entries tell besides their counts (``status.py`` composes them).
 
 Counted key by key: the places of a type's job keys in the rotation (``keys:PLACE``)
-always; every range of a type whose jobs are not counted yet (``counts.py``: a store of an
-earlier layout being counted), or of any type when asked for ``exact`` counts: the pending
+always; every range of any type when asked for ``exact`` counts: the pending
 queue's bands (``pending``, ``due``, ``due_asap``), the keyed jobs' queues (``kpending``:
 one range, each entry classified by priority and scheduled time), the running jobs'
 activity keys, the failed index and the rows (finished = rows - pending - running -
@@ -147,12 +146,11 @@ class Collected:
 
 
 def by_band(counts: dict, keyed: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
-    """The pending counts: name -> {priority: count}, the type's queue (legacy entries in
-    band 0) and the keyed jobs' queues (``keyed``, counted by :class:`Collected`) together."""
+    """The pending counts: name -> {priority: count}, the type's queue and the keyed jobs'
+    queues (``keyed``, counted by :class:`Collected`) together."""
     out: dict[str, dict[int, int]] = {kind: dict(per_band) for kind, per_band in keyed.items()}
     for name, n in counts.items():
         if isinstance(name, tuple):
             kind, band = name
-            band = 0 if band is keys.LEGACY else band
             out[kind][band] = out[kind].get(band, 0) + n
     return out

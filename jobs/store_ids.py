@@ -1,6 +1,8 @@
 """The store's identity: ``("jobs", "meta", "store_id")``, written with the first type
 timeout and carried in every ``Job``, so that a Job used against another store is
-detected (``worker.py``, ``accepting.py``)."""
+detected (``worker.py``, ``accepting.py``); and beside it the job layer's layout version
+(:data:`LAYOUT`, for the layers above, which go through the job layer's modules rather
+than its keys)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from .engine import tuple as fdb_tuple
 from . import txstate
 from .errors import StoreError
 from .keys import LAYOUT, STORE_ID_KEY, check_layout
+
+__all__ = ["LAYOUT", "ensure_store", "store_id_future", "store_id_of"]
 
 
 def _unpack_meta(raw: bytes, what: str):

@@ -1,8 +1,8 @@
 """Waiting accepts of one process share the watches of a type's pending wake keys.
 
-An add bumps one of the type's ``watches_pending`` shards (layout 6, ``keys.py``), so a
-waiting accept must watch them all: 17 keys with the one of layouts 1-5.  Rather than
-each waiting accept arming 17 watches of its own (a process holding a thousand waiting
+An add bumps one of the type's ``watches_pending`` shards (``keys.py``), so a waiting
+accept must watch them all: 16 keys.  Rather than each waiting accept arming 16 watches
+of its own (a process holding a thousand waiting
 ``aio.accept`` calls would pass the client's limit of 10,000 watches), the accepts of a
 process join one set, a *generation*, armed by one of them.
 

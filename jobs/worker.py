@@ -197,7 +197,7 @@ def _finish_row(tr, job: Job, row: Row | None, raw: bytes | None, failed, retain
             failed_index.mark(tr, job.type, job.id, failed if isinstance(failed, str) else None)
         if failed or value_of(retained[job.type]) is not None:  # (failed jobs are always indexed)
             finished_index.mark(tr, job.type, job.id, bool(failed))
-        tally.changed(tr, job.type, job.id, "failed" if failed else "finished", 1)
+        tally.changed(tr, job.type, "failed" if failed else "finished", 1)
     # (a failed run of a job made pending again is retried, not finished: rates.py)
     tally.finished(job.type, bool(failed) and not row.resubmit, retried=bool(failed) and row.resubmit)
     return True

@@ -16,8 +16,7 @@ Times are wall clocks (the worker's for ``started`` and ``heartbeat``, the reade
 ``now``): the registry only informs, nothing is re-enqueued or decided on it (the activity
 monitor decides on versionstamps), so clocks need only agree to well within
 ``MIN_STALE``.  A record cleared by a reader whose clock runs ahead is written again by its
-worker's next heartbeat.  Older releases ignore the subspace, so writing it does not
-upgrade the store's layout.
+worker's next heartbeat.
 """
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ def _add_type_commands(command) -> None:
     p.add_argument("--exact", action="store_true",
                    help="count every job key by key instead of reading the counters (linear in jobs: "
                         "to check the counters)")
-    command("migrate", cmd_migrate, "move pending jobs of a store written before priorities into priority 0 "
-            "now (activity monitors do it by themselves as they start)")
+    command("migrate", cmd_migrate, "migrate the store's layouts written by an older release to this "
+            "release's (stop the older release's processes first)")
     p = command("schedules", cmd_schedules, "cron schedules: type, expression, zone, last and next tick")
     p.add_argument("--clear", metavar="TYPE", help="stop scheduling TYPE (until a processor with a cron "
                                                    "handler for it starts)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import failed as failed_index, pending, schedules, status as status_mod, store
+from jobs import failed as failed_index, layouts, schedules, status as status_mod, store, store_ids
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.urls import describe_store
 
@@ -160,10 +160,24 @@ def cmd_resume(args):
     return {"type": args.type, "paused": False, "was_paused": was_paused}
 
 
+def store_layouts() -> list[layouts.Layout]:
+    """Every layout the project writes: one per prefix of ``jobs.prefixes.ALL``."""
+    from pipeline import ctas_store, index
+    from pipeline import layout as catalog_layout
+    from pipeline.ingest import layout as ingest_layout
+    from processors.operations import LAYOUT as OPERATIONS
+    from processors.submit import LAYOUT as SUBMISSIONS
+
+    return [store_ids.LAYOUT, catalog_layout.LAYOUT, ingest_layout.LAYOUT, OPERATIONS, SUBMISSIONS, ctas_store.LAYOUT,
+            index.LAYOUT]
+
+
 def cmd_migrate(args):
+    """The one place a store is migrated (no call of the API does it): each layout from the
+    version the store holds to this release's, a bounded step per transaction."""
     with open_store(args, create=False) as db:
-        moved = {t: pending.migrate_type(db, t) for t in run_transaction(db, status_mod.job_types)}
-    return {"moved": {t: n for t, n in moved.items() if n}}
+        versions = {layout.name: layouts.migrate(db, layout) for layout in store_layouts()}
+    return {"layouts": {name: {"from": before, "to": after} for name, (before, after) in versions.items()}}
 
 
 def cmd_status(args):

@@ -46,12 +46,14 @@ def until_signal():
 
 def cmd_monitor(args):
     from monitor import ActivityMonitor
+    from monitor.counters import CounterPruner
+    from monitor.retention import Pruner
 
     seen = {"reenqueued": 0, "pruned": 0, "failed_passes": 0}
 
     def report():
-        counts = {"reenqueued": monitor.reenqueued, "pruned": monitor.pruner.removed,
-                  "failed_passes": monitor.errors}
+        counts = {"reenqueued": monitor.reenqueued, "pruned": pruner.removed,
+                  "failed_passes": sum(duty.errors for duty in duties)}
         for name, what in (("reenqueued", "re-enqueued {} job(s)"), ("pruned", "pruned {} finished job(s)"),
                            ("failed_passes", "{} pass(es) failed (logged)")):
             if counts[name] != seen[name]:
@@ -61,13 +63,18 @@ def cmd_monitor(args):
 
     _log_to_stderr()
     with open_store(args) as db, until_signal() as stop:
-        monitor = ActivityMonitor(db).start()
+        monitor = ActivityMonitor(db)
+        pruner = Pruner(db, unreadable=monitor.unreadable)  # (retention, and the counters' upkeep: duties of their own)
+        duties = [monitor, pruner, CounterPruner(db)]
+        for duty in duties:
+            duty.start()
         say(args, f"monitoring {args.store or default_url()}; stop with SIGTERM or Ctrl-C")
         try:
             while not stop.wait(POLL):
                 report()
         finally:
-            monitor.stop()
+            for duty in duties:
+                duty.stop()
     report()  # what the last pass did (stop() waited for it)
     return {**seen, "unreadable": sorted(f"{t}/{j}" for t, j in monitor.unreadable.jobs)}
 

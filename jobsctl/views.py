@@ -272,8 +272,9 @@ HUMAN = {
     "status": human_status,
     "schedules": lambda d: (printable(f"cleared the schedule of {d['cleared']}") if isinstance(d, dict)
                             else human_schedules(d)),
-    "migrate": lambda d: "\n".join([printable(f"{t}: {n} pending jobs moved into priority 0") for t, n in
-                                     sorted(d["moved"].items())] or ["nothing to move"]),
+    "migrate": lambda d: "\n".join([printable(f"{name}: migrated from version {v['from']} to {v['to']}")
+                                     for name, v in d["layouts"].items() if v["from"] != v["to"]]
+                                    or ["nothing to migrate: every layout is at this release's version"]),
     "pause": lambda d: printable(f"paused {d['type']}: no worker takes its jobs until 'jobsctl resume {d['type']}'"),
     "resume": lambda d: printable(f"resumed {d['type']}: workers take its jobs again" if d.get("was_paused", True)
                                   else f"{d['type']} was not paused: nothing to resume (workers take its jobs)"),

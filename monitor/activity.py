@@ -9,28 +9,22 @@ samples every T/4, and at least every 0.5 s, a job is re-enqueued between T and
 min(1.5 T, T + 1 s) after its last update (couch_jobs' single remembered stamp gives T to 2 T).  Several monitors over one store are
 harmless: re-enqueueing is a transaction that re-checks each job's lock.
 
-Each pass also removes finished jobs kept longer than their type's retention, a bounded
-amount per pass (``retention.py``); while it leaves some due, passes come at the shortest
-interval, so that retention catches up.
+That is all it does: retention (``retention.py``) and the counters' upkeep
+(``counters.py``) are duties of their own, run beside it.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import math
-import threading
 import time
 
-import anyio
-import anyio.to_thread
-
 import jobs
-from jobs import activity, counts, pending, rates, recount
+from jobs import activity
 from jobs.engine.transactional import run, run_noting
 
-from .batching import AdaptiveBatch, Failures, Unreadable, jittered
-from .retention import Pruner
+from .batching import AdaptiveBatch, Failures, Unreadable
+from .duty import Duty
 
 log = logging.getLogger("monitor")
 
@@ -40,42 +34,33 @@ CHECKS_PER_TIMEOUT = 4
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 0.5
 IDLE_INTERVAL = 1.0  # when no type has a timeout
 TRANSACTION_TIMEOUT_MS = 4000  # under FDB's 5 s, so a too-slow batch fails and shrinks
-MIGRATION_BATCH = pending.MIGRATION_BATCH  # legacy pending entries moved per transaction
-COUNT_PAGE, COUNT_PAGES = 500, 20  # rows counted per transaction, transactions per pass
-# A running monitor prunes at most this often: its passes come every 0.05-0.5 s, and
-# retention periods are minutes to days (``check()`` called by hand prunes every time).
-PRUNE_INTERVAL = 1.0
 
 
-class ActivityMonitor:
+class ActivityMonitor(Duty):
     """Watches every type that has a timeout (or only ``types``) in store ``db``.
 
     ``start()``/``stop()`` run it on a daemon thread; ``await monitor.serve()`` runs it in
     an anyio task; ``check()`` runs one pass (for tests and tools)."""
 
+    name = "activity monitor"
+
     def __init__(self, db, types: list[str] | None = None):
+        super().__init__()  # (``errors``: passes that failed, logged)
         self.db = db
         self.types = None if types is None else list(types)
         self.reenqueued = 0  # jobs this monitor made pending again, in all
-        self.errors = 0  # passes that failed (logged)
         self._batch = AdaptiveBatch()
         self.unreadable = Unreadable()  # jobs passed over: their rows cannot be read (logged once)
-        self.pruner = Pruner(db, self.types, unreadable=self.unreadable)  # ``pruner.removed``: jobs it removed
         # type -> (timeout, deque of (monotonic time, versionstamp)), oldest first
         self._samples: dict[str, tuple[float, collections.deque]] = {}
-        self._migrated: set[str] = set()  # types whose legacy pending entries this monitor moved
-        self._counted: set[str] = set()  # types this monitor saw counted (``counts.backfill``)
-        self._rates_pruned: dict[str, float] = {}  # type -> when (monotonic) its old rates were last cleared
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # --- one pass ------------------------------------------------------------------------
 
     def check(self) -> int:
-        """Sample every type and re-enqueue what is overdue, then prune what retention no
-        longer keeps; returns how many jobs it re-enqueued.  A type that fails does not
-        hold the others up: the pass goes through every type and the pruning, then raises
-        what failed (each noted with its type; an ExceptionGroup if several did)."""
+        """Sample every type and re-enqueue what is overdue; returns how many jobs it
+        re-enqueued.  A type that fails does not hold the others up: the pass goes through
+        every type, then raises what failed (each noted with its type; an ExceptionGroup
+        if several did)."""
         types = self.types if self.types is not None else jobs.get_types(self.db)
         failures = Failures("activity monitor")
         kept, total = set(), 0
@@ -85,7 +70,6 @@ class ActivityMonitor:
         for gone in set(self._samples) - kept:
             del self._samples[gone]
         self.reenqueued += total
-        failures.catch(None, self.pruner.prune)  # (noted with its types itself)
         failures.raise_any()
         return total
 
@@ -97,13 +81,7 @@ class ActivityMonitor:
         if timeout is None:
             kept.discard(type)
             return 0
-        self._migrate(type)
-        # (re-enqueues first: counting an old store's rows stops at a row it cannot read
-        # until that job is removed, and must not hold them up meanwhile)
-        reenqueued = self._check_type(type, timeout)
-        self._prune_rates(type)
-        self._count(type)
-        return reenqueued
+        return self._check_type(type, timeout)
 
     def _check_type(self, type: str, timeout: float) -> int:
         known = self._samples.get(type)
@@ -126,32 +104,6 @@ class ActivityMonitor:
             samples.popleft()
         return reenqueued
 
-    def _prune_rates(self, type: str) -> None:
-        """Clear the type's throughput counters older than an hour, and its job counters
-        that are read no more (``counts.prune``), once a minute."""
-        if time.monotonic() - self._rates_pruned.get(type, -math.inf) >= 60:
-            run(self.db, rates.prune, type, time.time())
-            run(self.db, counts.prune, type, time.time())
-            self._rates_pruned[type] = time.monotonic()
-
-    def _count(self, type: str) -> None:
-        """Count the jobs of a type of a store of an earlier layout (``counts.backfill``):
-        up to COUNT_PAGES pages per pass, so that a pass never holds re-enqueues up long."""
-        if type in self._counted:
-            return
-        for _ in range(COUNT_PAGES):
-            if run(self.db, recount.backfill, type, COUNT_PAGE):
-                self._counted.add(type)
-                return
-
-    def _migrate(self, type: str) -> None:
-        """Move the type's legacy pending entries (a store of an older layout) into band 0,
-        in bounded transactions, once per type per monitor: accept reads them meanwhile."""
-        if type in self._migrated:
-            return
-        pending.migrate_type(self.db, type, MIGRATION_BATCH)
-        self._migrated.add(type)
-
     def _reenqueue(self, type: str, up_to: bytes) -> int:
         total = 0
         while True:
@@ -173,52 +125,11 @@ class ActivityMonitor:
             self._batch.full()
 
     def interval(self) -> float:
-        """Seconds between passes: a fraction of the shortest type timeout; the shortest
-        while retention is behind (finished jobs due for removal are left)."""
-        if self.pruner.behind:
-            return MIN_INTERVAL
+        """Seconds between passes: a fraction of the shortest type timeout."""
         timeouts = [t for t, _s in self._samples.values()]
         if not timeouts:
             return IDLE_INTERVAL
         return min(MAX_INTERVAL, max(MIN_INTERVAL, min(timeouts) / CHECKS_PER_TIMEOUT))
-
-    # --- running it ----------------------------------------------------------------------
-
-    def start(self) -> "ActivityMonitor":
-        if self._thread is not None and self._thread.is_alive():
-            return self
-        self._stop.clear()
-        self.pruner.interval = PRUNE_INTERVAL
-        self._thread = threading.Thread(target=self._run, name="jobs-activity-monitor", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = 10) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _check_logged(self) -> None:
-        """One pass; a failure (store unreachable, a bug) is logged and counted, and the
-        loop goes on: a monitor that died quietly would strand every dead worker's jobs."""
-        try:
-            self.check()
-        except Exception:  # noqa: BLE001 - see above
-            self.errors += 1
-            log.exception("activity monitor pass failed; retrying")
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._check_logged()
-            self._stop.wait(jittered(self.interval()))
-
-    async def serve(self) -> None:
-        """Run until cancelled (anyio: asyncio or trio)."""
-        self.pruner.interval = PRUNE_INTERVAL
-        while True:
-            await anyio.to_thread.run_sync(self._check_logged)
-            await anyio.sleep(jittered(self.interval()))
 
 
 def _say_reenqueued(type: str, found: list) -> None:

@@ -1,11 +1,11 @@
-"""The activity monitor's retention pass: per type with a retention (``jobs.retention``),
-remove finished jobs kept longer than it, oldest first (see below), in bounded amounts so
-that one pass never holds the monitor up, however many jobs are due (the rest go at the
-next passes).
+"""Retention, a duty of the monitor's (``duty.py``) beside the activity monitor: per type
+with a retention (``jobs.retention``), remove finished jobs kept longer than it, oldest
+first (see below), in bounded amounts, however many jobs are due (the rest go at the next
+passes).
 
-A pass that leaves jobs due (``behind``) lets the next pass prune at once, up to
-``CATCH_UP`` times as many jobs (for ``PASS_SECONDS`` at most), and the monitor comes back
-sooner.  A bound per pass once a second alone removed 1,000 jobs a second at most, so a
+A pass comes every ``INTERVAL`` seconds; one that leaves jobs due (``behind``) makes the
+next come after ``CATCH_UP_INTERVAL`` and prune up to ``CATCH_UP`` times as many jobs (for
+``PASS_SECONDS`` at most).  A bound per pass once a second alone removed 1,000 jobs a second at most, so a
 type finishing more than that for good grew without end (``bench.soak``: 753,000 of a
 million jobs kept, with a retention of one second).  While catching up, each batch starts
 at a random point among the due jobs (``Pruner._prune_kind``): the monitors of four
@@ -13,7 +13,7 @@ worker processes taking the same oldest batch kept conflicting (``bench.soak
 --processes 4``: 49,934 of 400,000 jobs kept, 3,441 now).
 
 Each pass per type: one page of the backfill (jobs finished before the type had a
-retention, or before the index existed) until the store records it done (then one read),
+retention) until the store records it done (then one read),
 then at most :data:`PER_PASS` jobs of each kind,
 :data:`jobs.pruning.BATCH` per transaction.  Several monitors may prune the same type at
 once: each removal re-reads its job, so a job is removed once and nothing else is touched.
@@ -30,35 +30,42 @@ from jobs.finished import KINDS, backfill
 from jobs.retention import retentions
 
 from .batching import Failures, Unreadable
+from .duty import Duty
 
+INTERVAL = 1.0  # seconds between passes: retention periods are minutes to days
+CATCH_UP_INTERVAL = 0.05  # seconds after a pass that left jobs due
 PER_PASS = 1_000  # jobs of one kind of one type removed per pass, at most
 CATCH_UP = 5  # times PER_PASS a pass removes while the last one left jobs due
-PASS_SECONDS = 0.5  # a pass that has pruned this long stops after its batch (re-enqueues wait)
+PASS_SECONDS = 0.5  # a pass that has pruned this long stops after its batch
 _clock = time.monotonic
 _random = random.random
 
 
-class Pruner:
+class Pruner(Duty):
     """Prunes the types of ``types`` (None: every type with a retention) of store ``db``;
-    ``removed`` counts the jobs it removed."""
+    ``removed`` counts the jobs it removed.  ``start()``/``stop()``, ``serve()``: as the
+    activity monitor's; ``check()`` (or ``prune()``): one pass."""
+
+    name = "retention"
 
     def __init__(self, db, types: list[str] | None = None, per_pass: int = PER_PASS, batch: int = pruning.BATCH,
                  unreadable: Unreadable | None = None):
+        super().__init__()
         self.db, self.types = db, types
         self.unreadable = Unreadable() if unreadable is None else unreadable  # jobs passed over
         self.per_pass, self.batch = per_pass, batch
         self.removed = 0
-        self.interval = 0.0  # seconds between passes at least (0: every call is a pass)
-        self.behind = False  # the last pass left jobs due: the next one prunes at once
-        self._next = 0.0  # (monotonic) when the next pass may run
+        self.behind = False  # the last pass left jobs due: the next one comes sooner and prunes more
+
+    def interval(self) -> float:
+        return CATCH_UP_INTERVAL if self.behind else INTERVAL
+
+    def check(self) -> int:
+        return self.prune()
 
     def prune(self) -> int:
-        """One pass (none if the last was less than ``interval`` ago, unless it left jobs
-        due behind); returns how many jobs it removed."""
-        if _clock() < self._next and not self.behind:
-            return 0
+        """One pass; returns how many jobs it removed."""
         began = _clock()
-        self._next = began + self.interval
         bound = self.per_pass * (CATCH_UP if self.behind else 1)
         periods = run(self.db, retentions)
         failures = Failures("retention")

@@ -71,7 +71,7 @@ def pinned_sources(tr, ctas_id: str) -> dict[str, dict]:
 
 def pin_sources(tr, ctas_id: str, sources: dict[str, Table]) -> None:
     """Pin the sources' versions and partition locations: every partition job reads them."""
-    LAYOUT.upgrade(tr)
+    LAYOUT.ensure(tr)
     for qualified, table in sources.items():
         tr.set(record_key(ctas_id, "source", qualified),
                orjson.dumps({"view": view_name(qualified), "table_id": table.id, "columns": table.schema}))

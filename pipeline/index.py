@@ -59,7 +59,7 @@ def get_index(tr, qualified: str, name: str) -> dict | None:
 
 
 def _put(tr, qualified: str, name: str, record: dict) -> None:
-    LAYOUT.upgrade(tr)
+    LAYOUT.ensure(tr)
     tr.set(_key(qualified, name), orjson.dumps(record))
 
 

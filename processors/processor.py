@@ -22,7 +22,8 @@ Shape of a running processor:
 * an anyio event loop runs the rest: heartbeats renew every held job each third of its
   type timeout, and a watcher notices lost jobs at once (``holding.py``: a lost job is
   halted, its handler cancelled or interrupted, nothing more written); the activity
-  monitor for the registered types re-enqueues jobs of dead workers; and the processor's
+  monitor for the registered types re-enqueues jobs of dead workers, and retention and
+  the counters' upkeep run beside it (``monitor/``); and the processor's
   entry in the workers registry is renewed every ``worker_heartbeat`` seconds
   (``registration.py``: ``jobsctl workers`` lists the live ones).
 
@@ -53,6 +54,8 @@ from jobs.cron import DEFAULT_TZ, Cron
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.urls import describe_store
 from monitor import ActivityMonitor
+from monitor.counters import CounterPruner
+from monitor.retention import Pruner
 
 from . import behaviors
 from .feed import Feed
@@ -80,8 +83,8 @@ __all__ = ["BEATS_PER_TIMEOUT", "LOST_CHECK", "MAX_LOST", "PREFETCH", "STOP_WAIT
 class Processor:
     """Runs handlers for job types of store ``db``.
 
-    ``monitor``: also run the activity monitor for the registered types (several monitors
-    over one store are harmless).  ``grace``: seconds running handlers get at shutdown
+    ``monitor``: also run the activity monitor, retention and the counters' upkeep for
+    the registered types (several over one store are harmless).  ``grace``: seconds running handlers get at shutdown
     before their jobs are handed back.  ``prefetch``: most jobs accepted in one
     transaction (fewer when jobs are long; 1: one job at a time; at most
     ``finishes.TRANSACTION_ROWS``).  ``worker_heartbeat``:
@@ -256,8 +259,9 @@ class Processor:
             await anyio.to_thread.run_sync(self.registration.start, self.types, concurrency)
             self.ready.set()
             async with anyio.create_task_group() as tg:
-                if self.monitor:
-                    tg.start_soon(ActivityMonitor(self.db, self.types).serve)
+                if self.monitor:  # (the store's duties, for its types)
+                    for duty in (ActivityMonitor, Pruner, CounterPruner):
+                        tg.start_soon(duty(self.db, self.types).serve)
                 tg.start_soon(heartbeats, self._held, self._refresh_timeouts)
                 tg.start_soon(watch_lost, self.db, self._held)
                 for seconds, fn, stop in self._duties():

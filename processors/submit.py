@@ -104,7 +104,7 @@ def _enqueue(db, type: str, job_id: str, data, given: bool, *, at: float, priori
             jobs.set_type_timeout(tr, type, DEFAULT_TYPE_TIMEOUT)
             jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
         if given:
-            LAYOUT.upgrade(tr)
+            LAYOUT.ensure(tr)
             tr.set(mark, nonce)
         return True
 

@@ -10,9 +10,15 @@ from __future__ import annotations
 import orjson
 
 import jobs
-from jobs import keys, rows, store_ids
+from jobs import dbstate, keys, rows, store_ids
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
+
+
+def opened_anew(db) -> None:
+    """Forget the store layouts this process saw on ``db``, as a process opening the store
+    for the first time (which reads their versions again)."""
+    dbstate.of(db).layouts.clear()
 
 
 def snapshot(db) -> list[tuple[bytes, bytes]]:

@@ -1,7 +1,6 @@
-"""Layout 6: a type's activity stamp spread over ``keys.ACTIVITY_SHARDS`` keys, so that no
-one key takes a write from every change to a job of the type (``bench/capacity.py``).
-Readers take the newest stamp; watchers wake on a stamp of any shard, and of the one key
-that releases of layouts 1-5 stamp."""
+"""A type's activity stamp spread over ``keys.ACTIVITY_SHARDS`` keys, so that no one key
+takes a write from every change to a job of the type (``bench/capacity.py``).  Readers
+take the newest stamp; watchers wake on a stamp of any shard."""
 
 from __future__ import annotations
 
@@ -29,49 +28,28 @@ def test_changes_stamp_the_shards_and_the_newest_stamp_is_the_last_change(db):
     for i in range(40):
         jobs.add(db, T, f"j{i}")
     stamps = _stamps(db)
-    assert keys.watches_activity_key(T) not in stamps  # the layout-5 key: never written now
     assert 4 <= len(stamps) <= keys.ACTIVITY_SHARDS
     assert set(stamps) <= {keys.watches_activity_key(T, i) for i in range(keys.ACTIVITY_SHARDS)}
     job = jobs.accept(db, T, timeout=0)
     last = run(db, activity.last_activity, T)
     assert last == max(_stamps(db).values()) == run(db, rows.get, T, job.id).seq.tr_version  # the accept's
-    assert _layout(db) == keys.LAYOUT_VERSION == 6
-
-
-def test_a_layout_5_stamp_is_read_until_a_newer_one_and_the_first_change_upgrades(db):
-    jobs.set_type_timeout(db, T, 60)
-    jobs.add(db, T, "a")
-
-    def as_layout_5(tr):  # what a release of layout 5 leaves: its one stamp key
-        begin, end = keys.watches_activity_range(T)
-        tr.clear_range(begin, end)
-        tr.set_versionstamped_value(keys.watches_activity_key(T), _STAMP_AT_0)
-        tr.set(keys.LAYOUT_KEY, fdb_tuple.pack((5,)))
-
-    run(db, as_layout_5)
-    keys.LAYOUT.checked.clear()  # this process opens the store anew
-    old = run(db, activity.last_activity, T)
-    assert old is not None and _layout(db) == 5  # read as it is; reading wrote nothing
-    jobs.add(db, T, "b")
-    new = run(db, activity.last_activity, T)
-    assert new > old and _layout(db) == 6
-    assert _stamps(db)[keys.watches_activity_key(T)] == old  # kept: the newest stamp wins
+    assert _layout(db) == keys.LAYOUT_VERSION == 1
 
 
 def _armed(db):
     return run(db, activity.watch, T)
 
 
-def test_the_watch_fires_on_a_stamp_of_any_shard_or_of_the_old_key(db):
+def test_the_watch_fires_on_a_stamp_of_any_shard(db):
     jobs.set_type_timeout(db, T, 60)
     jobs.add(db, T, "a")
     watch = _armed(db)
-    assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (1, 1)  # one set: 17 keys
-    assert len(keys.watches_activity_keys(T)) == keys.ACTIVITY_SHARDS + 1 and not watch.is_ready()
+    assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (1, 1)  # one set: 16 keys
+    assert len(keys.watches_activity_keys(T)) == keys.ACTIVITY_SHARDS and not watch.is_ready()
     jobs.add(db, T, "b")  # stamps one shard
     assert wait_until(watch.is_ready)
     watch = _armed(db)
-    run(db, lambda tr: tr.set_versionstamped_value(keys.watches_activity_key(T), _STAMP_AT_0))  # an older process
+    run(db, lambda tr: tr.set_versionstamped_value(keys.watches_activity_key(T, 3), _STAMP_AT_0))  # any shard
     assert wait_until(watch.is_ready)
     assert wakeups.waiting(db, keys.watches_activity_keys(T)) == (0, 0)
 

@@ -100,4 +100,3 @@ def test_job_keys_are_the_tuple_layers(type, job_id, stime):
     assert keys.data_key(type, job_id) == keys.DATA.pack((type, job_id))
     assert keys.pending_key(type, 0, stime, job_id) == keys.PENDING.pack((type, 0, stime, job_id))
     assert keys.pending_key(type, -7, stime, job_id) == keys.PENDING.pack((type, -7, stime, job_id))
-    assert keys.legacy_pending_key(type, stime, job_id) == keys.PENDING.pack((type, stime, job_id))

@@ -1,7 +1,6 @@
 """The per-type job counters (``jobs/counts.py``): they say what counting every key says,
-whatever path changed the jobs; a store of layout 4 is counted by the activity monitor
-while it is used; old buckets are pruned; and a status gather reads as many keys at ten
-times the jobs."""
+whatever path changed the jobs; old buckets are pruned; and a status gather reads as many
+keys at ten times the jobs."""
 
 from __future__ import annotations
 
@@ -12,13 +11,10 @@ import time
 import pytest
 
 import jobs
-from jobs import activity, counts, keys, recount, status, status_ranges
-from jobs.engine import tuple as fdb_tuple
+from jobs import activity, counts, keys, status, status_ranges
 from jobs.engine.counting import CountingDatabase
 from jobs.engine.transactional import run
-from monitor import ActivityMonitor
 from monitor.retention import Pruner
-from waiting import wait_until
 
 T = "counted"
 FIELDS = ("pending", "due", "due_asap", "running", "finished", "failed", "bands")
@@ -104,9 +100,9 @@ def test_an_accept_carrying_a_finish_adds_nothing_to_the_running_count(db, monke
     jobs.add_many(db, T, ["a", "b", "c"])
     held = jobs.accept(db, T, timeout=0)
     added = []
-    add_state = counts.add_state
-    monkeypatch.setattr(counts, "add_state", lambda tr, type, state, n: added.append((state, n)) or
-                        add_state(tr, type, state, n))
+    changed = counts.changed
+    monkeypatch.setattr(counts, "changed", lambda tr, type, state, n: added.append((state, n)) or
+                        changed(tr, type, state, n))
     taken = AcceptCall(db, T).attempt(lambda tr: jobs.finish_many(tr, [held]))
     assert len(taken) == 1 and taken[0].id != held.id and added == [("finished", 1)]
     assert assert_counted(db)["running"] == 1
@@ -128,19 +124,18 @@ def test_a_block_sharing_a_tally_within_another_leaves_the_write_to_it(monkeypat
     outer one's tally, written once as the outer block ends, an add of 0 not at all; a
     block that raises writes nothing."""
     written = []
-    monkeypatch.setattr(counts, "counted_in_batch", lambda tr, type, job_id, every: True)
-    monkeypatch.setattr(counts, "add_state", lambda tr, type, state, n: written.append((state, n)))
+    monkeypatch.setattr(counts, "changed", lambda tr, type, state, n: written.append((state, n)))
     tr = make()
     with counts.sharing(tr) as outer:
-        outer.changed(tr, T, "a", "running", 1)
+        outer.changed(tr, T, "running", 1)
         with counts.sharing(tr) as inner:
-            inner.changed(tr, T, "b", "running", -1)
-            inner.changed(tr, T, "b", "finished", 1)
+            inner.changed(tr, T, "running", -1)
+            inner.changed(tr, T, "finished", 1)
         inner_wrote = list(written)
     assert inner is outer and inner_wrote == [] and written == [("finished", 1)]
     written.clear()
     with pytest.raises(ValueError), counts.sharing(tr) as tally:
-        tally.changed(tr, T, "c", "running", 1)
+        tally.changed(tr, T, "running", 1)
         raise ValueError("the transaction is not committed")
     assert written == []
     with counts.sharing(tr) as tally:  # (nothing left shared by the blocks before)
@@ -155,53 +150,6 @@ def test_due_counts_follow_the_clock_across_minutes(db):
     jobs.add(db, T, "asap")
     for now, due in [(base - 200, 1), (base - 40, 2), (base - 1, 4), (base + 2, 5), (base + 95, 7)]:
         assert assert_counted(db, now)["due"] == due
-
-
-def _as_layout_4(db) -> None:
-    """The store as a release of layout 4 left it: no counters, failed jobs indexed only
-    under a retention; this process then opens the store anew."""
-    def body(tr):
-        for space in (keys.COUNTS, keys.RECOUNT, keys.FINISHED, keys.FINISHED_JOB):
-            r = space.range()
-            tr.clear_range(r.start, r.stop)
-        tr.set(keys.LAYOUT_KEY, fdb_tuple.pack((4,)))
-    run(db, body)
-    keys.LAYOUT.checked.clear()
-
-
-def test_a_layout_4_store_is_counted_while_it_is_used(db):
-    jobs.set_type_timeout(db, T, 60)
-    rng, held = random.Random(3), []
-    for n in range(80):
-        step(db, rng, held, n)
-    before = numbers(db, time.time(), exact=True)
-    _as_layout_4(db)
-    assert numbers(db, time.time()) == before  # counted from the ranges meanwhile
-    assert fdb_tuple.unpack(db.get(keys.LAYOUT_KEY)) == (4,)  # reading wrote nothing
-    jobs.add(db, T, "new-one")  # the first write upgrades: the type is to be counted
-    assert fdb_tuple.unpack(db.get(keys.LAYOUT_KEY)) == (keys.LAYOUT_VERSION,)
-    assert db.get(keys.recount_key(T)) is not None
-    while not run(db, recount.backfill, T, 3):  # jobs change on both sides of the count as it goes
-        step(db, rng, held, 1000)
-        assert_counted(db)
-    assert db.get(keys.recount_key(T)) is None
-    assert_counted(db)
-    for n in range(40):  # and stay exact afterwards
-        step(db, rng, held, 2000 + n)
-    assert_counted(db)
-
-
-def test_the_activity_monitor_counts_an_old_store(db):
-    jobs.set_type_timeout(db, T, 60)
-    for i in range(30):
-        jobs.add(db, T, f"j{i}")
-    jobs.finish(db, jobs.accept(db, T, timeout=0), failed="boom")
-    _as_layout_4(db)
-    jobs.add(db, T, "upgrades")
-    ActivityMonitor(db, [T]).check()
-    assert db.get(keys.recount_key(T)) is None
-    counted = assert_counted(db)
-    assert (counted["pending"], counted["failed"], len(counted["failures"])) == (30, 1, 1)
 
 
 def test_old_buckets_are_pruned_and_a_prune_with_nothing_to_do_writes_nothing(db):
@@ -298,30 +246,3 @@ def test_every_kind_of_transaction_spreads_over_every_shard(db):
     for label, shards in used.items():
         assert set(shards) == set(range(counts.SHARDS)), label
         assert min(shards.values()) >= n / counts.SHARDS / 2, (label, shards)
-
-
-def test_counting_an_old_store_waits_at_a_row_it_cannot_read_and_holds_no_re_enqueue_up(db):
-    """The count cannot say what such a row's job is: it stops there, the type's pass
-    fails (naming the job and how to remove it), and its dead workers' jobs are still
-    re-enqueued.  Once the job is removed, the count goes on and is exact."""
-    jobs.set_type_timeout(db, T, 1)
-    jobs.add(db, T, "a")
-    assert jobs.accept(db, T, timeout=0).id == "a"  # (its worker dies)
-    for job_id in ("bad", "z"):
-        jobs.add(db, T, job_id)
-    _as_layout_4(db)
-    jobs.add(db, T, "upgrades")
-    db[keys.data_key(T, "bad")] = b"not a row"
-    monitor = ActivityMonitor(db, [T])
-
-    def reenqueued() -> bool:
-        with pytest.raises(jobs.StoreError, match=f"{T}/bad .*remove --unreadable"):
-            monitor.check()
-        return jobs.get_job_state(db, T, "a") == "pending"
-
-    assert wait_until(reenqueued)
-    assert db.get(keys.recount_key(T)) is not None
-    assert jobs.remove_unreadable(db, T, "bad")["queue_entries"] == 1
-    monitor.check()
-    assert db.get(keys.recount_key(T)) is None
-    assert assert_counted(db)["pending"] == 3

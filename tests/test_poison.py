@@ -17,7 +17,7 @@ import pytest
 
 import jobs
 import processors
-from jobs import activity, keys, status
+from jobs import activity, status
 from jobs.accepting import this_worker
 from jobs.api import get_run_info
 from jobsctl.cli import main as cli_main
@@ -129,32 +129,7 @@ def test_the_monitor_thread_counts_a_silent_worker(db):
     assert get_run_info(db, T, "j").lost.count == 1 and monitor.reenqueued == 1
 
 
-# --- the layout: layout-1 stores keep working ---------------------------------------------
-
-
-def test_a_layout_1_store_is_read_as_it_is_and_upgraded_by_its_first_new_row(db):
-    """A store written by the previous release: layout 1, six-field rows."""
-    jobs.add(db, T, "old", {"x": 1})
-    db.set(keys.LAYOUT_KEY, fdb_tuple.pack((1,)))
-    db.set(keys.data_key(T, "old"), fdb_tuple.pack((None, None, 0.0, False, b'{"x": 1}', None)))
-    keys._checked.clear()  # as a process that opens the store anew
-    assert jobs.get_job(db, T, "old") == (T, "old", "pending", {"x": 1}, 0.0, 0, None)
-    assert status.gather(db).types[0].pending == 1
-    assert fdb_tuple.unpack(db.get(keys.LAYOUT_KEY)) == (1,)  # reading wrote nothing
-    job = jobs.accept(db, T, timeout=0)  # writes Worker: a row layout 1 cannot read
-    assert fdb_tuple.unpack(db.get(keys.LAYOUT_KEY)) == (keys.LAYOUT_VERSION,)
-    jobs.finish(db, job, {"y": 2})
-    assert jobs.get_job(db, T, "old").data == {"y": 2} and get_run_info(db, T, "old").worker == ME
-
-
-def test_a_release_of_layout_1_refuses_an_upgraded_store(db, monkeypatch):
-    jobs.add(db, T, "j")
-    jobs.accept(db, T, timeout=0)
-    keys._checked.clear()
-    current = keys.LAYOUT_VERSION
-    monkeypatch.setattr(keys, "LAYOUT_VERSION", 1)
-    with pytest.raises(jobs.LayoutError, match=f"version {current}, newer than this release's 1"):
-        jobs.get_job(db, T, "j")
+# --- rows -------------------------------------------------------------------------------------
 
 
 def test_rows_of_each_layout_decode():

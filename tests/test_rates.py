@@ -1,7 +1,7 @@
 """Throughput and start waits per type: finishes and failures per
 minute, and how long started jobs waited, kept as sharded per-minute counters; read over
 the last hour by ``jobsctl status``, ``/status``, ``/metrics`` and the dashboard; cleared
-after an hour by the activity monitor."""
+after an hour by the counters' upkeep."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from jobs.codec import pack_int
 from jobs.engine import strinc
 from jobs.engine.counting import CountingDatabase
 from jobs.engine.transactional import run
-from monitor import ActivityMonitor
+from monitor.counters import CounterPruner
 from monitor.metrics import metrics_text
 
 T = "t"
@@ -169,7 +169,7 @@ def test_buckets_and_quantiles():
     assert rates._quantile({0: 98, 40: 2}, 0.99) == rates.BASE ** 40 / 1000
 
 
-def test_old_minutes_are_not_read_and_the_monitor_clears_them(db, monkeypatch):
+def test_old_minutes_are_not_read_and_the_counters_upkeep_clears_them(db, monkeypatch):
     class Clock:
         @staticmethod
         def time():
@@ -188,7 +188,7 @@ def test_old_minutes_are_not_read_and_the_monitor_clears_them(db, monkeypatch):
         return len(list(tr.get_range(prefix, strinc(prefix))))
 
     assert run(db, count) > 0
-    ActivityMonitor(db).check()
+    CounterPruner(db).check()
     assert run(db, count) == 0
 
 

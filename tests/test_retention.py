@@ -1,5 +1,5 @@
 """Retention: finished jobs (and failed ones, on their own period) are removed once they
-are older than their type's retention, by a running activity monitor in bounded batches or
+are older than their type's retention, by the monitor's retention duty in bounded batches or
 by ``jobs.prune``; the index they are found by follows every change of a job's state; a
 store written before the index existed is indexed once; and a steady workload keeps the
 store's size flat.  Ages come from the index's finish times, which tests move back
@@ -18,9 +18,7 @@ import processors
 from jobs import finished, keys, pruning
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
-from monitor import ActivityMonitor
 from monitor import retention as retention_pass
-from monitor.activity import MAX_INTERVAL, MIN_INTERVAL
 
 from stored import age_finished, indexed, snapshot
 from waiting import wait_until
@@ -156,12 +154,12 @@ def test_running_monitor_prunes_old_finished_jobs_and_keeps_young_ones(db):
     run_jobs(db, ["old-1", "old-2", "young"])
     run_jobs(db, ["old-failed"], failed=True)
     age_finished(db, T, ["old-1", "old-2", "old-failed"], 2 * 3600)
-    monitor = ActivityMonitor(db).start()
+    pruner = retention_pass.Pruner(db).start()
     try:
         assert wait_until(lambda: job_ids(db) == {"young", "old-failed"})
     finally:
-        monitor.stop()
-    assert monitor.pruner.removed == 2
+        pruner.stop()
+    assert pruner.removed == 2
     with pytest.raises(jobs.NotFound):
         jobs.get_job(db, T, "old-1")
     assert indexed(db) == {"young": "finished", "old-failed": "failed"}  # failed: kept forever
@@ -172,11 +170,11 @@ def test_failed_jobs_follow_their_own_period(db):
     run_jobs(db, ["ok"])
     run_jobs(db, ["bad"], failed=True)
     age_finished(db, T, ["ok", "bad"], 120)
-    monitor = ActivityMonitor(db).start()
+    pruner = retention_pass.Pruner(db).start()
     try:
         assert wait_until(lambda: job_ids(db) == {"ok"})
     finally:
-        monitor.stop()
+        pruner.stop()
     assert processors.failed_jobs(db, T) == []
 
 
@@ -214,40 +212,37 @@ def test_a_monitor_pass_prunes_in_bounded_batches(db, monkeypatch):
     run_jobs(db, [f"j{i:03}" for i in range(250)])
     age_finished(db, T, [f"j{i:03}" for i in range(250)], 120)
     batches = recorded_batches(monkeypatch)
-    monitor = ActivityMonitor(db)
-    monitor.pruner.per_pass = 150
-    monitor.check()
-    assert monitor.pruner.removed == 150 and len(job_ids(db)) == 100  # the oldest first
+    pruner = retention_pass.Pruner(db)
+    pruner.per_pass = 150
+    pruner.check()
+    assert pruner.removed == 150 and len(job_ids(db)) == 100  # the oldest first
     assert job_ids(db) == {f"j{i:03}" for i in range(150, 250)}
-    monitor.check()
-    assert monitor.pruner.removed == 250 and job_ids(db) == set()
+    pruner.check()
+    assert pruner.removed == 250 and job_ids(db) == set()
     assert batches and max(map(len, batches)) <= pruning.BATCH  # per transaction
 
 
 def test_a_monitor_behind_on_retention_prunes_at_every_pass_and_comes_back_sooner(db):
     """A pass that leaves jobs due (a type finishing jobs faster than one bounded pass a
-    second removes) does not wait the pruning interval, and the monitor's next pass comes
-    at the shortest interval, until retention has caught up."""
+    second removes) makes the next pass come at the shortest interval, and remove up to
+    CATCH_UP times as many, until retention has caught up; then the interval is a second
+    again."""
     jobs.set_retention(db, T, finished=60)
     run_jobs(db, [f"j{i:03}" for i in range(250)])
     age_finished(db, T, [f"j{i:03}" for i in range(250)], 120)
-    monitor = ActivityMonitor(db)
-    monitor.pruner.per_pass = 100
-    monitor.pruner.interval = 3600.0  # (a running monitor's is a second: none would come here)
-    monitor.check()
-    assert monitor.pruner.removed == 100 and monitor.pruner.behind
-    assert monitor.interval() == MIN_INTERVAL
-    monitor.check()  # (up to CATCH_UP times as many)
-    assert monitor.pruner.removed == 250 and job_ids(db) == set()
-    assert not monitor.pruner.behind and monitor.interval() == MAX_INTERVAL
-    run_jobs(db, ["late"])
-    age_finished(db, T, ["late"], 120)
-    monitor.check()  # (caught up: the interval applies again)
-    assert monitor.pruner.removed == 250 and job_ids(db) == {"late"}
+    pruner = retention_pass.Pruner(db)
+    pruner.per_pass = 100
+    assert pruner.interval() == retention_pass.INTERVAL == 1.0
+    pruner.check()
+    assert pruner.removed == 100 and pruner.behind
+    assert pruner.interval() == retention_pass.CATCH_UP_INTERVAL == 0.05
+    pruner.check()  # (up to CATCH_UP times as many)
+    assert pruner.removed == 250 and job_ids(db) == set()
+    assert not pruner.behind and pruner.interval() == retention_pass.INTERVAL
 
 
 def test_a_pass_catching_up_stops_after_its_time(db, monkeypatch):
-    """A pass begins no batch after PASS_SECONDS (the monitor's re-enqueues wait for it),
+    """A pass begins no batch after PASS_SECONDS,
     however many jobs its bound allows; it is behind, and the next pass goes on."""
     jobs.set_retention(db, T, finished=60)
     run_jobs(db, [f"j{i:03}" for i in range(250)])
@@ -337,13 +332,13 @@ def test_two_monitors_prune_each_job_once(db):
     ids = [f"j{i}" for i in range(120)]
     run_jobs(db, ids)
     age_finished(db, T, ids, 120)
-    monitors = [ActivityMonitor(db).start(), ActivityMonitor(db).start()]
+    pruners = [retention_pass.Pruner(db).start(), retention_pass.Pruner(db).start()]
     try:
         assert wait_until(lambda: job_ids(db) == set())
     finally:
-        for m in monitors:
-            m.stop()
-    assert sum(m.pruner.removed for m in monitors) == 120
+        for p in pruners:
+            p.stop()
+    assert sum(p.removed for p in pruners) == 120
     assert not [k for k, _v in snapshot(db) if k.startswith(keys.FINISHED.key())]
 
 
@@ -354,9 +349,9 @@ def test_a_monitor_pass_is_idempotent_under_1021(db):
     run_jobs(db, ["f"], failed=True)
     age_finished(db, T, [*ids, "f"], 120)
     faulty = FaultInjectingDatabase(db, unknown_committed=1.0)
-    monitor = ActivityMonitor(faulty)
-    monitor.check()
-    assert job_ids(db) == set() and monitor.pruner.removed == 131  # each counted once
+    pruner = retention_pass.Pruner(faulty)
+    pruner.check()
+    assert job_ids(db) == set() and pruner.removed == 131  # each counted once
     assert faulty.injected["unknown_committed"] >= 3  # the backfill's, and two batches of finished jobs
 
 
@@ -391,8 +386,7 @@ def test_jobs_finished_before_the_index_are_indexed_once_and_pruned(db):
     assert indexed(db) == {**{f"ok{i}": "finished" for i in range(7)}, "bad": "failed"}
     # the failed one kept its failure's time; the others count from the backfill
     jobs.set_retention(db, T, finished=3600, failed=0)
-    monitor = ActivityMonitor(db)
-    monitor.check()
+    retention_pass.Pruner(db).check()
     assert "bad" not in job_ids(db) and len(job_ids(db)) == 8
     assert jobs.prune(db, T, older_than=0) == [(T, f"ok{i}") for i in range(7)]
 
@@ -401,11 +395,11 @@ def test_a_monitor_backfills_an_old_store(db):
     run_jobs(db, ["old"], failed=True)
     forget_index(db)
     jobs.set_retention(db, T, failed=0)
-    monitor = ActivityMonitor(db).start()
+    pruner = retention_pass.Pruner(db).start()
     try:
         assert wait_until(lambda: job_ids(db) == set())
     finally:
-        monitor.stop()
+        pruner.stop()
 
 
 # --- the store's size stays flat --------------------------------------------------------------
@@ -427,7 +421,7 @@ def test_store_size_stays_flat_under_a_steady_workload(db):
     one round's jobs (3 per finished job) plus the type's own; without retention they would
     grow by 3 per job."""
     jobs.set_retention(db, T, finished=0.2)
-    monitor = ActivityMonitor(db).start()
+    pruner = retention_pass.Pruner(db).start()
     counts = []
     try:
         run_jobs(db, ["first"])  # the type's own keys: timeout, retention, watches, backfill...
@@ -440,8 +434,8 @@ def test_store_size_stays_flat_under_a_steady_workload(db):
             counts.append(job_keys(db))
         assert wait_until(lambda: job_keys(db) <= base)
     finally:
-        monitor.stop()
-    assert max(counts) <= bound and monitor.pruner.removed == 2001
+        pruner.stop()
+    assert max(counts) <= bound and pruner.removed == 2001
 
 
 # --- the jobs command ---------------------------------------------------------------------------

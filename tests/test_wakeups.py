@@ -1,6 +1,6 @@
 """Waiting accepts of one process share the watches of a type's pending wake shards
-(``jobs/wakeups.py``, layout 6): one set for them all, every waiter woken by an enqueue
-on any shard (or on the one key of layouts 1-5), a waiter that leaves disturbing nobody."""
+(``jobs/wakeups.py``): one set for them all, every waiter woken by an enqueue on any
+shard, a waiter that leaves disturbing nobody."""
 
 from __future__ import annotations
 
@@ -16,13 +16,12 @@ WAKE = keys.watches_pending_keys(T)  # what the type's waiting accepts watch
 ONE = (1).to_bytes(8, "little")
 
 
-def test_enqueues_bump_the_shards_never_the_old_key(db):
+def test_enqueues_bump_the_shards(db):
     jobs.set_type_timeout(db, T, 60)
     for i in range(40):
         jobs.add(db, T, f"j{i}")
     r = keys.WATCHES_PENDING[T].range()
     bumped = {bytes(k) for k, _v in db.get_range(r.start, r.stop)}
-    assert db.get(keys.watches_pending_key(T)) is None
     assert 4 <= len(bumped) and bumped <= {keys.watches_pending_key(T, i) for i in range(keys.PENDING_SHARDS)}
 
 
@@ -53,16 +52,6 @@ def test_a_waiter_that_leaves_does_not_disturb_the_others(db):
     jobs.add(db, T, "late")
     patient.join(60)
     assert [job.id for job in got] == ["late"]
-
-
-def test_an_older_process_bumping_the_old_key_wakes_the_waiters(db):
-    jobs.set_type_timeout(db, T, 60)
-    ticket = run(db, pending.watch, T)
-    assert not ticket.is_ready()
-    run(db, lambda tr: tr.add(keys.watches_pending_key(T), ONE))  # what a layout-5 enqueue bumps
-    assert wait_until(ticket.is_ready)
-    ticket.wait()  # fired, no error
-    assert wakeups.waiting(db, WAKE) == (0, 0)
 
 
 def test_the_last_waiter_leaving_cancels_the_watches(db):

@@ -40,7 +40,7 @@ def create_database(tr, name: str, *, location: str | None = None) -> Database:
             if old.id == new.id:
                 return old  # this call's own commit, behind commit_unknown_result
             raise DatabaseExists(f"database {name!r} already exists")
-        layout.LAYOUT.upgrade(tr)
+        layout.LAYOUT.ensure(tr)
         tr.set(layout.database_key(name), raw)
         return new
 

@@ -35,7 +35,7 @@ def register_database(tr, name: str, *, chunks: int, location: str | None = None
         if rec is not None and rec.get("nonce") == nonce:
             return catalog.get_database(tr, name)  # this call's commit, behind 1021
         db = catalog.create_database(tr, name, location=location)
-        layout.LAYOUT.upgrade(tr)
+        layout.LAYOUT.ensure(tr)
         tr.set(layout.database_key(name), encode({"chunks": chunks, "created": time.time(), "nonce": nonce}))
         return db
 

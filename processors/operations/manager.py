@@ -131,7 +131,7 @@ class Operations:
                 raise ValueError(f"table {table!r} has no partitions")
             next_key = OPS.pack((table, type, "next"))
             instance = read_json(tr, next_key, 1)
-            LAYOUT.upgrade(tr)
+            LAYOUT.ensure(tr)
             tr.set(next_key, dumps(instance + 1))
             drawn.record(instance)
             record = {"state": "running", "arg": arg, "partitions": parts, "started": time.time(), "ended": None,
