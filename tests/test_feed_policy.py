@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from processors import feed
 from processors.feed_policy import (
     FeedPolicy,
     FeedState,
@@ -176,3 +177,10 @@ def test_the_pause_after_store_errors_doubles_from_50_ms_up_to_the_most():
         pauses.append(POLICY.error_pause(pauses[-1]))
     assert pauses[1:4] == [0.05, 0.1, 0.2] and pauses[-1] == 5.0
 
+
+def test_the_feed_builds_its_policy_from_its_tunables(db):
+    """(The constants of ``feed.py`` are the policy's numbers, read as a feed is made.)"""
+    f = feed.Feed(db, ["t"], 3, 16, hold=None, in_hand=lambda: 0, finishes=[], stopping=None, stats={})
+    assert (f.policy.lanes, f.policy.prefetch, f.policy.window, f.policy.linger) == (3, 16, feed.PREFETCH_WINDOW,
+                                                                                   feed.ACCEPT_LINGER)
+    assert f.state is FeedState.READY and f.acceptor.look is LastLook.FULL and not f.pace.measured
