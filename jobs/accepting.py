@@ -74,9 +74,10 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class _Seen:
-    """An attempt that wrote found nothing: the wake keys as it saw them
-    (``pending.wakes_seen``), and its Wait's ``due``."""
+class _UnarmedWait:
+    """A Wait whose watch is still to be set: an attempt that wrote found nothing (a watch
+    is a read: set there, it would conflict with every enqueue meanwhile); the wake keys as
+    it saw them (``pending.wakes_seen``), and its Wait's ``due``."""
 
     wakes: tuple
     due: float | None
@@ -135,20 +136,20 @@ class AcceptCall:
 
     # --- one attempt ---------------------------------------------------------------------
 
-    def attempt(self, also=None) -> list[Job] | Wait | None:
+    def attempt(self, own_writes=None) -> list[Job] | Wait | None:
         """Run one retried transaction: the jobs now held (1 to ``limit``); a Wait (none
-        due, or the type paused; after an attempt that wrote ``also``, its watch is set once
-        it committed, by a transaction that looks again if a job came meanwhile); or None:
-        attempt again at once (a stale queue entry was dropped).  ``also(tr)``,
-        if given, writes the caller's own changes in the same transaction (committed in
-        every case; e.g. a worker's finished jobs).  A new lock
+        due, or the type paused; after an attempt that wrote ``own_writes``, its watch is
+        set once it committed, by a transaction that looks again if a job came meanwhile);
+        or None: attempt again at once (a stale queue entry was dropped).
+        ``own_writes(tr)``, if given, writes the caller's own changes in the same
+        transaction (committed in every case; e.g. a worker's finished jobs).  A new lock
         when no attempt may have locked a job with the old one (none picked yet): the lock
         says when its jobs started (``codec.new_lock``), not when the call began."""
         if not self._locked.values:
             self.lock = new_lock()
-        out = run_noting(self.db, self._failed, self._body, also)
+        out = run_noting(self.db, self._failed, self._body, own_writes)
         self._say_unreadable()
-        if isinstance(out, _Seen):  # found nothing in a transaction that wrote: watch now
+        if isinstance(out, _UnarmedWait):  # found nothing in a transaction that wrote: watch now
             joined = pending.watch_joined(self.db, self.type, out.wakes)
             if joined is not None:
                 return Wait(joined, out.due)
@@ -173,7 +174,7 @@ class AcceptCall:
         found = [tr.snapshot.get(entry) for _type, _id, _error, entry in maybe]
         return [taken for taken, value in zip(maybe, found) if value_of(value) is None]
 
-    def _rearm(self, tr, seen: "_Seen"):
+    def _rearm(self, tr, seen: "_UnarmedWait"):
         """After an attempt that wrote and found nothing: its watch, set here if no job
         came since it read (this transaction reads only the wake keys), else an attempt
         of its own, in this transaction (a job came: take it)."""
@@ -197,14 +198,15 @@ class AcceptCall:
             if self.on_conflict is not None:
                 self.on_conflict(self)
 
-    def _body(self, tr, also=None):
-        # (the finishes ``also`` writes and this accept count in one tally: a job finished
-        # and one taken leave the running count as it was, and nothing is written for it)
+    def _body(self, tr, own_writes=None):
+        # (the finishes ``own_writes`` writes and this accept count in one tally: a job
+        # finished and one taken leave the running count as it was, and nothing is written
+        # for it)
         tr.options.set_max_retry_delay(ACCEPT_MAX_RETRY_DELAY_MS)  # (kept across on_error: set at each attempt)
         with counts.sharing(tr) as tally:
-            return self._take(tr, also, tally)
+            return self._take(tr, own_writes, tally)
 
-    def _take(self, tr, also, tally):
+    def _take(self, tr, own_writes, tally):
         # (before this attempt takes anything off the queue; recorded even empty: what is
         # logged once it commits)
         self._unread.record(self._unreadable_taken_before(tr) if self._unread.values else [])
@@ -215,8 +217,8 @@ class AcceptCall:
         keyed = fairness.probe(tr, self.type)
         if not self.no_schedule:
             pending.read_head_ahead(tr, self.type, self.limit)  # (with the reads above)
-        if also is not None:  # (after the reads above are asked for: they go out with its own)
-            also(tr)
+        if own_writes is not None:  # (after the reads above are asked for: they go out with its own)
+            own_writes(tr)
         mine = self._already_mine(tr)
         if mine:  # (taken before any pause that committed since: it conflicted otherwise)
             store_id = store_ids.store_id_of(store)
@@ -224,11 +226,11 @@ class AcceptCall:
         now = time.time()
         max_stime = now if self.max_sched_time is None else self.max_sched_time
         if value_of(paused) is not None:
-            return self._nothing(tr, also, None)
+            return self._nothing_to_take(tr, own_writes, None)
         admission = limits.Admission(tr, self.type, limits.decode(value_of(limits_record)), now)
         room = admission.room(self.limit)
         if not room:  # the type's running or rate limit is reached
-            return self._nothing(tr, also, None, admission.due)
+            return self._nothing_to_take(tr, own_writes, None, admission.due)
         turns = fairness.turns_for(tr, self.type, admission, 0.0 if self.no_schedule else max_stime, now, keyed)
         if turns is not None:
             picked = [entry for entry, _key in turns.pick(room)]
@@ -240,7 +242,7 @@ class AcceptCall:
         if not ids:
             if turns is not None and turns.wrote:
                 return None  # keys moved: attempt again, from what this attempt wrote
-            return self._nothing(tr, also, max_stime, admission.due, keyed=turns is not None)
+            return self._nothing_to_take(tr, own_writes, max_stime, admission.due, keyed=turns is not None)
         taken = self._lock(tr, ids, picked, admission, rows, tally)
         if not taken:
             return None
@@ -296,11 +298,12 @@ class AcceptCall:
             rows.bump_activity(tr, self.type)
         return taken
 
-    def _nothing(self, tr, also, max_stime: float | None, limit_due: float | None = None, keyed: bool = False):
+    def _nothing_to_take(self, tr, own_writes, max_stime: float | None, limit_due: float | None = None,
+                         keyed: bool = False):
         """Nothing to take (``max_stime`` None: the type is paused or at its limit, so no
         future job matters until that changes; ``limit_due``: when a rate slot frees;
-        ``keyed``: some keys sleep): a Wait, or, when this transaction wrote ``also``, what
-        it saw of the wake keys (a watch here, a read, would make it conflict with every
+        ``keyed``: some keys sleep): a Wait, or, when this transaction wrote ``own_writes``,
+        what it saw of the wake keys (a watch here, a read, would make it conflict with every
         enqueue meanwhile: :meth:`attempt` sets it after the commit)."""
         takes_future_jobs = max_stime is not None and self.max_sched_time is None and not self.no_schedule
         dues = [limit_due]
@@ -311,8 +314,8 @@ class AcceptCall:
         due = min((d for d in dues if d is not None), default=None)
         if not self.watching:
             return Wait(None, due)
-        if also is not None:
-            return _Seen(pending.wakes_seen(tr, self.type), due)
+        if own_writes is not None:
+            return _UnarmedWait(pending.wakes_seen(tr, self.type), due)
         return Wait(pending.watch(tr, self.type), due)
 
     def _job(self, job_id: str, row: Row, store_id) -> Job:

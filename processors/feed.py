@@ -3,9 +3,10 @@ sized to what the lanes will run soon.
 
 A lane that needs a job takes one from the feed's buffer; when the buffer is empty, one
 lane (the others wait) accepts a batch, in a transaction that also writes the outcomes
-waiting to be written (one commit finishes the last batch and takes the next).  The batch is at least one job per waiting lane and at most ``prefetch``; between
-those, as many as the lanes run in ``PREFETCH_WINDOW`` seconds at the recent pace.  So
-short jobs go by the dozen per commit, while long ones are taken one at a time and never
+waiting to be written (one commit finishes the last batch and takes the next).  The
+batch is at least one job per waiting lane and at most ``prefetch``; between those, as
+many as the lanes run in ``PREFETCH_WINDOW`` seconds at the recent pace.  So short jobs
+go by the dozen per commit, while long ones are taken one at a time and never
 sit in one worker's buffer while another worker idles.  Accepted jobs are held (running,
 heartbeated) from the moment they are taken, and handed back at shutdown if not started.
 
@@ -34,6 +35,13 @@ Lingering: after a batch that came back short but not single (jobs come faster t
 at a time, and the queue was drained), the next accept waits until ``ACCEPT_LINGER``
 after that one began, and none is made ahead: the jobs added meanwhile go in one batch,
 not in a transaction each.
+
+Every decision above (how many jobs to ask for, when to accept ahead, what an accept
+carries, when to linger, how long to hold a trickle's outcomes) is made by
+``feed_policy.py`` without I/O; the two state machines it defines, ``FeedState`` (who is
+accepting) and ``LastLook`` (what the last looks found), are held here, by ``Feed`` and
+``Acceptor``, which ask the policy, do the I/O and feed the result back.  The tunables
+below are read as a feed is made.
 """
 
 from __future__ import annotations
@@ -48,8 +56,9 @@ import time
 import jobs
 from jobs.accepting import AcceptCall, Wait
 
-from . import tracing
-from .finishes import ROW_BYTES, TRANSACTION_ROWS, Alone
+from . import feed_policy, finishes, tracing
+from .feed_policy import FeedPolicy, FeedState, LastLook, Pace
+from .finishes import ROW_BYTES, TRANSACTION_ROWS, OutcomesNotCarried
 from .turns import Turn, lock_path as turn_lock_path
 
 log = logging.getLogger("processors")
@@ -91,13 +100,14 @@ class Acceptor:
     gives the turn up (or keeps it through jobs run within ``KEEP_TURN``: ``keep_turn``),
     and so does an attempt that conflicts.
 
-    Once the queue is drained (``drained``: this processor's last look took fewer jobs than
-    it asked for), jobs come a few at a time and the holder takes them as they come: a
-    processor without the turn that looked too would pick among those same few jobs, and
-    one of the two accepts would conflict.  So it waits for the turn first, a slice at
-    most (a stuck holder delays jobs by no more than before), and a busy one commits its
-    outcomes on their own (``defers``) rather than in an accept.  A full batch (a backlog)
-    ends it: every processor looks again at once."""
+    ``look`` (a ``feed_policy.LastLook``) is what the last looks found.  Once the queue
+    is drained (the last look took fewer jobs than it asked for), jobs come a few at a
+    time and the holder takes them as they come: a processor without the turn that looked
+    too would pick among those same few jobs, and one of the two accepts would conflict.
+    So it waits for the turn first, a slice at most (a stuck holder delays jobs by no more
+    than before), and a busy one commits its outcomes on their own (``defers``) rather
+    than in an accept.  A full batch (a backlog) ends it: every processor looks again at
+    once.  ``trickle``: the last jobs taken came after a look that found none."""
 
     def __init__(self, db, types: list[str], stats, before_wait=None, keep_turn=None):
         self.db = db
@@ -113,80 +123,95 @@ class Acceptor:
         # through them (``Turn.keep``) rather than handed over; None: always handed over.
         self.keep_turn = keep_turn
         self.waiting = False
-        self._calls: dict[str, AcceptCall] = {}
+        self.look = LastLook.FULL
+        self.trickle = False
+        self._calls: dict[str, AcceptCall] = {}  # a call (and its lock) lives until it returns jobs (1021)
         self._waits: list[Wait] = []
         self._turn: Turn | None = None  # (made at the first step: it reads the store id)
         self._turns_counted = 0
         self._closed = False
-        self.drained = False  # the last look took fewer jobs than asked for (or none)
-        # the last step that took jobs came after one that found none: jobs trickle in
-        self.after_wait = False
-        self._found_none = False  # a step found nothing since the last that took jobs
-        self._turn_waited = False  # (drained) this idle spell waited a slice for the turn
 
-    def step(self, slice_seconds: float, limit: int = 1, also=None) -> list[jobs.Job]:
-        """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``also(tr)``
+    def step(self, slice_seconds: float, limit: int = 1, carry=None) -> list[jobs.Job]:
+        """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``carry(tr)``
         writes in the first accept transaction (committed whatever it finds; what it raises,
-        e.g. ``finishes.Alone``, ends the step; a step that wrote it returns without
-        waiting, so that the caller learns it committed)."""
-        wrote = also is not None
+        e.g. ``finishes.OutcomesNotCarried``, ends the step; a step that wrote it returns
+        without waiting, so that the caller learns it committed)."""
+        carries = carry is not None
         turn = self._turn or self._make_turn()
         turn.resume()
-        if wrote:
-            self._cancel_waits()  # attempt now, so that ``also`` is written now
-        elif self._waits and not self._watching() and turn.take():
-            self._cancel_waits()  # the turn came: look again, watching this time
-        if not self._waits:
-            self.wake.clear()
-            # (a step that writes outcomes may be a busy processor's: it watches only if
-            # it holds the turn already; an idle step takes it if it is free)
-            watching = turn.held if wrote else turn.take()
-            self._count_turns()
-            if self.drained and not (wrote or watching or self._turn_waited):
-                self._turn_waited = True  # (drained: in line for the turn before looking)
-                return self._wait(turn, slice_seconds)
-            # (the types in a random order, none first for ever; one type needs no shuffle)
-            for type in self.types if len(self.types) == 1 else random.sample(self.types, len(self.types)):
-                call = self._calls.get(type)
-                if call is None:  # a call (and its lock) lives until it returns jobs (1021)
-                    call = self._calls[type] = AcceptCall(self.db, type)
-                call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
-                call.watching = watching
-                call.on_conflict = self._pass_turn if watching else None
-                retries, conflicts, rearms = call.retries, call.conflicts, call.rearms
-                try:
-                    out = call.attempt(also)
-                finally:
-                    self.stats["accept_retries"] += call.retries - retries
-                    self.stats["accept_conflicts"] += call.conflicts - conflicts
-                    self.stats["accept_rearms"] += call.rearms - rearms
-                also = None
-                if isinstance(out, list):
-                    self.stats["accept_batches"] += 1
-                    self.drained, self._turn_waited = len(out) < limit, False
-                    self.after_wait, self._found_none = self._found_none, False
-                    del self._calls[type]
-                    self._cancel_waits()
-                    if not (self.keep_turn is not None and self.keep_turn(len(out)) and turn.keep(KEEP_TURN)):
-                        turn.release()  # busy: another idle processor watches
-                    return out
-                self.stats["accept_empty"] += 1
-                if out is None:  # a stale queue entry was dropped: look again at once
-                    self._cancel_waits()
-                    return []
-                self._waits.append(out)
-                if out.watch is not None:
-                    out.watch.on_ready(lambda _f: self.wake.set())
-            self.drained = self._found_none = True
-            if wrote:
-                return []  # (the next step waits on these watches)
-        return self._wait(turn, slice_seconds)
+        # (attempt now: ``carry`` is written now; or the turn came: look again, watching this time)
+        if carries or (self._waits and not self._watching() and turn.take()):
+            self._cancel_waits()
+        if self._waits:
+            return self._wait(turn, slice_seconds)
+        self.wake.clear()
+        watching = self._watches(turn, carries)
+        if not feed_policy.looks_now(self.look, carries, watching):
+            self.look = feed_policy.in_line(self.look)
+            return self._wait(turn, slice_seconds)
+        for type in self._in_random_order():
+            out = self._attempt(type, limit, carry, watching)
+            carry = None
+            if isinstance(out, list):
+                return self._took(type, out, limit, turn)
+            if out is None:  # a stale queue entry was dropped: look again at once
+                self._cancel_waits()
+                return []
+            self._wait_on(out)
+        self.look = feed_policy.found_none(self.look)
+        return [] if carries else self._wait(turn, slice_seconds)  # (carried: the next step waits)
+
+    def _watches(self, turn: Turn, carries: bool) -> bool:
+        """Whether this step's look watches: it holds the turn.  A step that carries
+        outcomes may be a busy processor's: it watches only if it holds the turn already;
+        an idle step takes the turn if it is free."""
+        watching = turn.held if carries else turn.take()
+        self._count_turns()
+        return watching
+
+    def _in_random_order(self) -> list[str]:
+        """The types in a random order, none first for ever (one type needs no shuffle)."""
+        return self.types if len(self.types) == 1 else random.sample(self.types, len(self.types))
+
+    def _attempt(self, type: str, limit: int, carry, watching: bool):
+        """One accept call's attempt for ``type`` (see ``AcceptCall.attempt``), counted."""
+        call = self._calls.get(type)
+        if call is None:
+            call = self._calls[type] = AcceptCall(self.db, type)
+        call.limit = limit  # (a retry after 1021 returns what committed, whatever the limit)
+        call.watching = watching
+        call.on_conflict = self._pass_turn if watching else None
+        retries, conflicts, rearms = call.retries, call.conflicts, call.rearms
+        try:
+            out = call.attempt(carry)
+        finally:
+            self.stats["accept_retries"] += call.retries - retries
+            self.stats["accept_conflicts"] += call.conflicts - conflicts
+            self.stats["accept_rearms"] += call.rearms - rearms
+        self.stats["accept_batches" if isinstance(out, list) else "accept_empty"] += 1
+        return out
+
+    def _wait_on(self, out: Wait) -> None:
+        """Wait on ``out``'s watch too (if it has one): it wakes the step's wait."""
+        self._waits.append(out)
+        if out.watch is not None:
+            out.watch.on_ready(lambda _f: self.wake.set())
+
+    def _took(self, type: str, taken: list, limit: int, turn: Turn) -> list:
+        """A step took jobs of ``type``: its call is done; the turn is given up (busy:
+        another idle processor watches) unless the jobs run so soon it is kept."""
+        self.look, self.trickle = feed_policy.took(self.look, len(taken), limit)
+        del self._calls[type]
+        self._cancel_waits()
+        if not (self.keep_turn is not None and self.keep_turn(len(taken)) and turn.keep(KEEP_TURN)):
+            turn.release()
+        return taken
 
     def defers(self) -> bool:
         """Whether a busy processor's next step should not look (its outcomes go on their
         own): the queue drained at its last look and another processor holds the turn (if
         it is free, this processor takes it, and looks watching)."""
-        if not self.drained:
+        if not self.look.drained:
             return False
         turn = self._turn or self._make_turn()
         return not turn.take()
@@ -259,32 +284,31 @@ class Feed:
     ``in_hand()`` counts them (until their outcome is written);
     ``finishes``: the outcomes waiting to be written, written by each accept transaction;
     ``stopping`` ends every ``take``.  A ``jobs.StoreError`` from accepting is kept in
-    ``fatal`` (the processor stops with it)."""
+    ``fatal`` (the processor stops with it).  ``state`` (a ``feed_policy.FeedState``) says
+    who is accepting; ``policy`` decides how many jobs to ask for, when to accept ahead
+    and what an accept carries, from the measurements in ``pace``."""
 
     def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
-        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait, keep_turn=self._short_run)
-        self.lanes = lanes
-        self.prefetch = prefetch
+        self.policy = FeedPolicy(lanes, prefetch, window=PREFETCH_WINDOW, linger=ACCEPT_LINGER,
+                                 keep_turn=KEEP_TURN, late_gaps=LATE_GAPS, row_bytes=ROW_BYTES,
+                                 transaction_rows=TRANSACTION_ROWS, error_pause_max=ERROR_PAUSE_MAX)
+        self.pace = Pace(PACE_WEIGHT)
+        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait, keep_turn=self._keeps_turn)
         self._hold = hold
         self._in_hand = in_hand
         self._finishes = finishes
         self._stopping = stopping
         self._stats = stats
-        self._cond = threading.Condition()
-        self._ready: collections.deque = collections.deque()
-        self._accepting = False
+        self._cond = threading.Condition()  # guards what follows, down to the feeder
+        self.state = FeedState.READY
+        self._ready: collections.deque = collections.deque()  # the runs, best first
         self._idle = 0  # lanes inside take()
-        self._pace = 1.0  # moving average of a run's seconds (pessimistic until measured)
-        self._paced = False  # a run was measured: the pace is no longer the guess above
-        self._accept_pace = 0.0  # moving average of an accept's seconds, when it found jobs
-        self._pause = 0.0
-        self._linger_until = 0.0  # (monotonic) after a short batch: no accept before then
-        self._gap: float | None = None  # moving average of the seconds between accepts that took jobs
-        self._last_taken = 0.0  # (monotonic) when the last accept that took jobs began
+        self._linger_until = 0.0  # (monotonic; LINGERING) no accept before then
+        self._ahead_size = 0  # (AHEAD) the batch the feeder asks for
         self._feeder: threading.Thread | None = None
-        self._refill = threading.Event()  # the feeder has a batch to accept
-        self._refill_limit = 0
+        self._ahead = threading.Event()  # the feeder has a batch to accept
+        self._pause = 0.0  # (the accepting thread's) the pause after the last store error
         self.fatal: BaseException | None = None
 
     def take(self):
@@ -299,16 +323,16 @@ class Feed:
                             return None
                         if self._ready:
                             run = self._ready.popleft()
-                            if self._refill_due():
-                                self._start_refill()
+                            if self._ahead_due():
+                                self._start_ahead()
                             return run
-                        if not self._accepting:
+                        if not self.state.accepting:
                             linger = self._linger_until - time.monotonic()
-                            if linger > 0:
+                            if self.state is FeedState.LINGERING and linger > 0:
                                 self._cond.wait(linger)
                                 continue
-                            self._accepting = True
-                            limit = self._batch_size()
+                            self.state = FeedState.ACCEPTING
+                            limit = self.policy.batch_size(self.pace.run, self._idle)
                             break
                         self._cond.wait(ACCEPT_SLICE)
                 self._fill(limit)
@@ -316,58 +340,53 @@ class Feed:
             with self._cond:
                 self._idle -= 1
 
-    def _fill(self, limit: int) -> None:
-        """Accept up to ``limit`` jobs into the buffer (``_accepting`` was set by the caller)."""
+    def _fill(self, limit: int, ahead: bool = False) -> None:
+        """Accept up to ``limit`` jobs into the buffer (the caller set ``state`` to
+        ACCEPTING, or AHEAD: ``ahead``)."""
         runs, asked = [], 0
         began = time.monotonic()
         try:
-            runs, asked = self._accept(limit)
+            runs, asked = self._accept(limit, ahead)
         finally:
             with self._cond:
-                self._linger_until = began + ACCEPT_LINGER if 1 < len(runs) < asked else 0.0
                 if runs:
-                    self._accept_pace += PACE_WEIGHT * (time.monotonic() - began - self._accept_pace)
-                    if self._last_taken:
-                        gap = began - self._last_taken
-                        self._gap = gap if self._gap is None else self._gap + PACE_WEIGHT * (gap - self._gap)
-                    self._last_taken = began
-                self._accepting = False
+                    self.pace.accepted(began, time.monotonic())
+                self.state = feed_policy.after_batch(len(runs), asked)
+                self._linger_until = began + self.policy.linger
                 if runs:  # (the buffer runs best first: priority, then scheduled time)
                     self._ready = collections.deque(sorted([*self._ready, *runs], key=_run_order))
                 self._cond.notify_all()
 
-    def _refill_due(self) -> bool:
-        """(Under the lock.)  The buffer runs out sooner than an accept takes, and there is
-        room for more jobs in hand, and the last batch was not a short one: accept ahead."""
-        return (not self._accepting and not self._linger_until and len(self._ready) >= 1
-                and len(self._ready) * self._pace < self._accept_pace and self._room(len(self._finishes)) >= 1)
+    def _ahead_due(self) -> bool:
+        """(Under the lock.)  No accept is under way or lingering, the buffer runs out
+        sooner than an accept takes, and there is room for more jobs in hand: accept ahead."""
+        return (self.state is FeedState.READY
+                and self.policy.accepts_ahead(len(self._ready), self.pace.run, self.pace.accept)
+                and self.policy.room(self._in_hand(), len(self._finishes)) >= 1)
 
-    def _room(self, written: int) -> int:
-        """Jobs a transaction writing ``written`` outcomes may take, ``prefetch`` at most in hand."""
-        return self.prefetch - self._in_hand() + written
-
-    def _start_refill(self) -> None:
+    def _start_ahead(self) -> None:
         """(Under the lock.)  Have the feeder thread accept the next batch."""
-        self._accepting = True
-        self._refill_limit = -self._batch_size()  # (negative: ahead, capped by the room)
+        self.state = FeedState.AHEAD
+        self._ahead_size = self.policy.batch_size(self.pace.run, self._idle)
         if self._feeder is None:
             self._feeder = threading.Thread(target=self._feed_loop, name="feeder", daemon=True)
             self._feeder.start()
-        self._refill.set()
+        self._ahead.set()
 
     def _feed_loop(self) -> None:
         while True:
-            self._refill.wait(ACCEPT_SLICE)
-            self._refill.clear()
+            self._ahead.wait(ACCEPT_SLICE)
+            self._ahead.clear()
             with self._cond:
                 if self._stopping.is_set() or self.fatal is not None:  # no more accepts
-                    self._accepting = False
+                    if self.state is FeedState.AHEAD:
+                        self.state = FeedState.READY
                     self._cond.notify_all()
                     return
-                if not self._accepting or self._refill_limit >= 0:  # nothing asked of the feeder
+                if self.state is not FeedState.AHEAD:  # nothing asked of the feeder
                     continue
-                limit, self._refill_limit = self._refill_limit, 0
-            self._fill(limit)
+                size = self._ahead_size
+            self._fill(size, ahead=True)
 
     def empty(self) -> bool:
         return not self._ready
@@ -379,10 +398,8 @@ class Feed:
         the next one)."""
         return self.acceptor.waiting
 
-    def _short_run(self, n: int) -> bool:
-        """Whether the lanes will have run ``n`` jobs within ``KEEP_TURN``, at the pace
-        measured (the turn is kept through them)."""
-        return self._paced and self._pace * n < KEEP_TURN * self.lanes
+    def _keeps_turn(self, taken: int) -> bool:
+        return self.policy.keeps_turn(taken, self.pace)
 
     def _before_wait(self, watching: bool) -> float | None:
         """(The accepting thread, as it begins to wait for jobs, and at the time this
@@ -395,11 +412,8 @@ class Feed:
         that queues one after this looks at ``waiting`` and commits it itself."""
         if not len(self._finishes):
             return None
-        until = None
-        if watching and self._gap is not None:
-            # (held only if the next wait, a gap from now, still commits them in time: a
-            # commit then comes right after a run, not as the next job comes)
-            until = self._finishes.hold_until(time.monotonic() + self._gap, self._last_taken + LATE_GAPS * self._gap)
+        until = self.policy.hold_outcomes_until(time.monotonic(), watching, self.pace, self._finishes.oldest(),
+                                                finishes.FINISH_DELAY)
         if until is not None:
             self._stats["outcomes_deferred"] += 1
             return until
@@ -407,78 +421,65 @@ class Feed:
         return None
 
     def ran(self, seconds: float) -> None:
-        """A lane ran a job in ``seconds``: the pace the next batches are sized by.  The
-        first run measured replaces the guess (averaged with it, short jobs would still be
-        taken a few at a time for some 30 runs)."""
-        if self._paced:
-            self._pace += PACE_WEIGHT * (seconds - self._pace)
-        else:
-            self._pace, self._paced = seconds, True
+        """A lane ran a job in ``seconds``: the pace the next batches are sized by."""
+        self.pace.ran(seconds)
 
     def stop(self) -> None:
         self.acceptor.close()
         self.acceptor.wake.set()
-        self._refill.set()
+        self._ahead.set()
         with self._cond:
             self._cond.notify_all()
 
-    def _batch_size(self) -> int:
-        by_pace = math.ceil(self.lanes * PREFETCH_WINDOW / max(self._pace, 1e-6))
-        return max(1, min(self.prefetch, max(self._idle, by_pace)))
-
-    def _accept(self, limit: int) -> tuple[list, int]:
-        """Accept up to ``limit`` jobs, writing the waiting outcomes in the same transaction,
-        within the room in hand (``-limit``: a batch ahead; a lane's own accept does not
-        count the jobs the other lanes are running): the runs, and the number of jobs
-        asked for (after that cap)."""
-        # The last job came after a look that found none (jobs trickle in): this look
-        # likely finds none too.  It carries no outcomes, so it stays read-only and sets
-        # its watch itself (a watch is a read: in a transaction that wrote, it would
-        # conflict with every add meanwhile, and a second transaction would set it); they
-        # go as the wait begins, or with the next ones (_before_wait).
-        # (the outcomes carried fit beside the rows taken, each up to ROW_BYTES: the
-        # transaction stays under FoundationDB's size limit however large the jobs are)
-        batch = [] if self.acceptor.after_wait else self._finishes.take((TRANSACTION_ROWS - abs(limit)) * ROW_BYTES)
-        ahead = limit < 0
-        room = self._room(len(batch)) + (0 if ahead else self.lanes - self._idle)
-        limit = min(abs(limit), room)
+    def _accept(self, limit: int, ahead: bool = False) -> tuple[list, int]:
+        """Accept up to ``limit`` jobs (``ahead``: a batch ahead of the lanes), writing the
+        waiting outcomes in the same transaction, within the room in hand: the runs, and the
+        number of jobs asked for (after that cap)."""
+        room = self.policy.outcome_bytes(self.acceptor.trickle, limit)
+        carried = [] if room is None else self._finishes.take(room)
+        limit = self.policy.take_limit(limit, self._in_hand(), len(carried), self._idle, ahead)
         if limit < 1:
             # Every slot is held by outcomes being committed on their own (a batch ahead
             # cannot meet this: the room only grew since it was due): wait for them.
-            if batch:
-                self._finishes.commit(batch)
+            if carried:
+                self._finishes.commit(carried)
             if not ahead:
                 self._finishes.flush()
             return [], limit
-        if batch and self.acceptor.defers():  # (another processor takes the few jobs coming)
-            self._finishes.commit(batch)
-            batch = []
-        write, lost = self._finishes.writer(batch) if batch else (None, None)
+        if carried and self.acceptor.defers():  # (another processor takes the few jobs coming)
+            self._finishes.commit(carried)
+            carried = []
+        write, lost = self._finishes.writer(carried) if carried else (None, None)
         began = tracing.clock()
         try:
             taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
             self._pause = 0.0
-        except Alone:  # the accept is retrying: its outcomes go first, on their own
-            self._finishes.commit(batch)
+        except Exception as exc:  # noqa: BLE001 - sorted by _step_failed
+            self._step_failed(exc, carried)
             return [], limit
-        except Exception as exc:  # noqa: BLE001 - sorted below
-            if batch:  # not written: on their own, then
-                self._finishes.commit(batch)
-            if isinstance(exc, jobs.StoreError):  # the store cannot be used (layout, corruption): stop
-                self.fatal = exc
-                return [], limit
-            log.exception("accept failed")  # the store failing: log, pause, go on
-            self._stats["errors"] += 1
-            self._pause = min(ERROR_PAUSE_MAX, max(0.05, self._pause * 2))
-            self._stopping.wait(self._pause)
-            return [], limit
-        if batch:
-            self._finishes.report(batch, lost)
+        if carried:
+            self._finishes.report(carried, lost)
         if not taken:
             return [], limit
         runs = self._hold(taken)
         tracing.accepted(taken, began)  # (after: the jobs are held whatever tracing does)
         return runs, limit
+
+    def _step_failed(self, exc: Exception, carried: list) -> None:
+        """An accept step raised ``exc``: the outcomes it carried go on their own (an
+        accept retried too often hands them back: ``OutcomesNotCarried``); a store that
+        cannot be used stops the processor; any other error is logged, then a pause."""
+        if carried:  # not written: on their own, then
+            self._finishes.commit(carried)
+        if isinstance(exc, OutcomesNotCarried):
+            return
+        if isinstance(exc, jobs.StoreError):  # the store cannot be used (layout, corruption): stop
+            self.fatal = exc
+            return
+        log.exception("accept failed", exc_info=exc)  # the store failing: log, pause, go on
+        self._stats["errors"] += 1
+        self._pause = self.policy.error_pause(self._pause)
+        self._stopping.wait(self._pause)
 
 
 def _run_order(run) -> tuple:

@@ -5,12 +5,12 @@ and recurring jobs) and goes on to its next job.  The queue is written by the ne
 transaction (when nothing prefetched is left: one commit finishes the last batch and takes
 the next), as much of it as fits beside the rows that accept may take (``TRANSACTION_ROWS``
 rows of ``ROW_BYTES`` in all), in its first two attempts only (an accept retried again
-hands it back, :class:`Alone`), or
+hands it back, :class:`OutcomesNotCarried`), or
 committed on its own when it holds ``limit`` outcomes or its oldest has
 waited ``FINISH_DELAY`` seconds (one such committer at a time).  Once jobs trickle in, no
 look carries them (``feed.py``): they are committed as the processor begins to wait for
 the next job, or, while jobs come sooner than ``FINISH_DELAY`` apart, with the next ones,
-within that delay (``hold_until``).  Every job
+within that delay (``feed_policy.FeedPolicy.hold_outcomes_until``).  Every job
 keeps its own fence inside the shared transaction: a job lost meanwhile (``Halt``) writes
 nothing and does not stop the others from committing.  Outcomes that cannot share a
 transaction (``on_commit`` writes) are not queued: the processor writes them alone.
@@ -37,7 +37,7 @@ TRANSACTION_ROWS = 96  # job rows one transaction writes at most: 9.6 MB of FDB'
 CARRIES = 2
 
 
-class Alone(Exception):
+class OutcomesNotCarried(Exception):
     """The transaction that was to carry queued outcomes is being retried: commit them on
     their own (:meth:`Finishes.writer`)."""
 
@@ -80,17 +80,10 @@ class Finishes:
         queue = self._queue
         return bool(queue) and (now or len(queue) >= self.limit or time.monotonic() - self._oldest >= FINISH_DELAY)
 
-    def hold_until(self, expected: float, late: float) -> float | None:
-        """(Monotonic) until when the queued outcomes may wait for the next ones to share
-        their commit, the next chance to commit them ``expected`` (from now on) and the
-        next job late from ``late`` on (all monotonic): until it is late or the oldest
-        outcome will have waited ``FINISH_DELAY``, whichever comes first; None (commit them
-        now) if that comes before the next chance."""
+    def oldest(self) -> float | None:
+        """(Monotonic) when the oldest queued outcome was queued; None if none is."""
         with self._lock:
-            if not self._queue:
-                return None
-            until = min(late, self._oldest + FINISH_DELAY)
-        return until if expected < until else None
+            return self._oldest if self._queue else None
 
     def flush(self, wait: bool = True) -> None:
         """Commit everything queued (also what is queued meanwhile).  ``wait=False``:
@@ -129,7 +122,7 @@ class Finishes:
         attempt that committed.  The first ``CARRIES`` attempts carry them (a retry after
         a conflict backs off 10 ms at most; one after 1021 finds the finishes that
         committed and writes nothing again); called once more, ``write`` raises
-        :class:`Alone`, and the caller commits ``batch`` on its own (:meth:`commit`).  An
+        :class:`OutcomesNotCarried`, and the caller commits ``batch`` on its own (:meth:`commit`).  An
         accept that conflicts again and again (backing off longer each time) must not hold
         the outcomes past the jobs' type timeout: they are not heartbeated while they wait."""
         lost: set = set()
@@ -139,7 +132,7 @@ class Finishes:
             nonlocal tries
             tries += 1
             if tries > CARRIES:
-                raise Alone(len(batch))
+                raise OutcomesNotCarried(len(batch))
             lost.clear()  # (an attempt before did not commit, or its finishes are repeats now)
             lost.update(_write_all(tr, batch))
 

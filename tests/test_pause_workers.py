@@ -33,14 +33,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def paused_attempts(monkeypatch):
     """An Event set whenever an accept attempt (in this process) finds its type paused."""
     seen = threading.Event()
-    nothing = accepting.AcceptCall._nothing
+    nothing = accepting.AcceptCall._nothing_to_take
 
     def spy(self, tr, also, max_stime, *args, **kwargs):
         if max_stime is None:
             seen.set()
         return nothing(self, tr, also, max_stime, *args, **kwargs)
 
-    monkeypatch.setattr(accepting.AcceptCall, "_nothing", spy)
+    monkeypatch.setattr(accepting.AcceptCall, "_nothing_to_take", spy)
     return seen
 
 

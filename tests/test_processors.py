@@ -699,19 +699,22 @@ def test_after_a_short_batch_the_next_accept_lingers_but_not_after_a_lone_job_or
 
     from processors import feed
 
-    refill_due = feed.Feed._refill_due
-    state = dict(_accepting=False, _ready=[object()], _pace=0.0, _accept_pace=1.0, _finishes=[], _room=lambda n: 8)
-    assert refill_due(SimpleNamespace(**state, _linger_until=0.0))
-    assert not refill_due(SimpleNamespace(**state, _linger_until=time.monotonic() + 60))
-    monkeypatch.setattr(feed.Feed, "_refill_due", lambda self: False)
+    ahead_due = feed.Feed._ahead_due
+    policy = feed.FeedPolicy(1, 8, window=0.05, linger=60.0, keep_turn=0.002, late_gaps=2.0, row_bytes=1,
+                             transaction_rows=96, error_pause_max=5.0)
+    pace = SimpleNamespace(run=0.0, accept=1.0)
+    state = dict(_ready=[object()], pace=pace, policy=policy, _finishes=[], _in_hand=lambda: 0)
+    assert ahead_due(SimpleNamespace(**state, state=feed.FeedState.READY))
+    assert not ahead_due(SimpleNamespace(**state, state=feed.FeedState.LINGERING))
+    monkeypatch.setattr(feed.Feed, "_ahead_due", lambda self: False)
     monkeypatch.setattr(feed, "ACCEPT_LINGER", 60.0)
     monkeypatch.setattr(feed, "PREFETCH_WINDOW", 0.5)  # (full batches of 8 even on a slow machine)
     accepts = []  # (began, jobs asked, jobs taken)
     accept = feed.Feed._accept
 
-    def spied(self, limit):
+    def spied(self, limit, ahead=False):
         began = time.monotonic()
-        runs, asked = accept(self, limit)
+        runs, asked = accept(self, limit, ahead)
         accepts.append((began, asked, len(runs)))
         return runs, asked
 
@@ -757,7 +760,7 @@ def test_batches_of_the_largest_jobs_and_results_fit_one_transaction(db, monkeyp
     # The most outcomes waiting when a batch is taken: they wait for an accept to carry
     # them, and none is accepted ahead (one lane accepts as the other runs the last job).
     monkeypatch.setattr(finishes, "FINISH_DELAY", 60.0)
-    monkeypatch.setattr(feed.Feed, "_refill_due", lambda self: False)
+    monkeypatch.setattr(feed.Feed, "_ahead_due", lambda self: False)
     carried = []
     take = finishes.Finishes.take
 
@@ -980,7 +983,7 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     def conflicting(self, tr, also=None):
         if also is None:
             return body(self, tr)
-        also(tr)  # (raises Alone from its second attempt on)
+        also(tr)  # (raises OutcomesNotCarried from its second attempt on)
         carried.append(1)
         raise FDBError(NOT_COMMITTED)
 
@@ -999,7 +1002,7 @@ def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, mon
     and each is written once."""
     from jobs.accepting import AcceptCall
     from jobs.engine.errors import NOT_COMMITTED, FDBError
-    from processors.finishes import Alone
+    from processors.finishes import OutcomesNotCarried
 
     body = AcceptCall._body
     first, retries = [], []  # the outcomes' writer of the accept that conflicted; its retries
@@ -1017,7 +1020,7 @@ def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, mon
         def carried(tr):
             try:
                 also(tr)
-            except Alone:
+            except OutcomesNotCarried:
                 retries.append("alone")
                 raise
             retries.append("carried")
@@ -1202,10 +1205,10 @@ def test_a_look_after_a_wait_carries_no_outcomes(db):
     finishes = _InFlight(queued=2)
     feed, writes = _stepping_nowhere(db, finishes)
     feed.acceptor.defers = lambda: False
-    feed.acceptor.after_wait = True
+    feed.acceptor.trickle = True
     feed._accept(8)
     assert writes == [None] and finishes.queued == 2 and finishes.committed == [] and finishes.flushed == 0
-    feed.acceptor.after_wait = False
+    feed.acceptor.trickle = False
     feed._accept(8)
     assert writes[-1] is not None and finishes.queued == 0 and finishes.committed == []  # (carried)
 
@@ -1214,6 +1217,8 @@ def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_ow
     """A lane's accept (not one ahead) takes no more than prefetch less the jobs still in
     hand beyond the outcomes it carries, the jobs other lanes run excepted; with no room
     left it waits for them (``flush``) and takes nothing this time."""
+    from dataclasses import replace
+
     from processors.feed import Feed
 
     hand = {"runs": 8}  # (held until their outcomes are written)
@@ -1229,7 +1234,7 @@ def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_ow
     assert feed._accept(8) == ([], 0)  # 8 in hand, none to carry: it waits for them
     assert finishes.flushed == 1 and asked == [1]
 
-    feed.lanes, hand["runs"] = 4, 3  # three other lanes running their jobs
+    feed.policy, hand["runs"] = replace(feed.policy, lanes=4), 3  # three other lanes running their jobs
     feed._accept(8)
     assert asked == [1, 8]  # (theirs are not prefetched jobs)
 

@@ -232,7 +232,7 @@ def test_a_batch_is_handed_to_the_lanes_best_priority_first_across_job_keys(db):
 
     feed = Feed(db, ["b"], 4, 64, hold=lambda taken: [types.SimpleNamespace(job=j) for j in taken],
                 in_hand=lambda: 0, finishes=Outcomes(), stopping=threading.Event(), stats=collections.Counter())
-    feed._pace, feed._paced = 1e-6, True  # (short jobs: the whole queue in one batch)
+    feed.pace.run, feed.pace.measured = 1e-6, True  # (short jobs: the whole queue in one batch)
     try:
         taken = [feed.take().job for _ in range(6)]
     finally:

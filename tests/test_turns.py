@@ -17,6 +17,7 @@ import pytest
 import jobs
 from processors import Processor
 from processors.feed import Acceptor
+from processors.feed_policy import LastLook
 from processors.turns import Turn, lock_path
 from waiting import DEADLINE, running, wait_until
 
@@ -107,7 +108,7 @@ def test_an_idle_step_after_one_that_wrote_outcomes_waits_in_line_for_the_turn(d
     stranger = _stranger_holding(db)
     acceptor = Acceptor(db, ["t"], collections.Counter())
     try:
-        assert acceptor.step(0.01, also=lambda tr: None) == []  # (wrote: returns at once)
+        assert acceptor.step(0.01, carry=lambda tr: None) == []  # (wrote: returns at once)
         assert acceptor.step(0.01) == []
         assert acceptor._turn._wanted and not acceptor._turn.held
         fcntl.flock(stranger, fcntl.LOCK_UN)
@@ -131,7 +132,7 @@ def test_once_the_queue_drained_a_processor_without_the_turn_waits_a_slice_for_i
     try:
         jobs.add(db, "t", "j0")
         assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j0"]  # (a look without the turn)
-        assert acceptor.drained  # (1 of 4)
+        assert acceptor.look is LastLook.SHORT  # (1 of 4)
         jobs.add(db, "t", "j1")
         looks = acceptor.stats["accept_batches"] + acceptor.stats["accept_empty"]
         assert acceptor.step(0.01, limit=4) == []
@@ -143,11 +144,11 @@ def test_once_the_queue_drained_a_processor_without_the_turn_waits_a_slice_for_i
         jobs.add(db, "t", "j2")
         jobs.add(db, "t", "j3")
         assert sorted(job.id for job in acceptor.step(0.01, limit=2)) == ["j2", "j3"]  # a full batch
-        assert not acceptor.drained
+        assert acceptor.look is LastLook.FULL
         jobs.add(db, "t", "j4")
         assert [job.id for job in acceptor.step(0.01, limit=4)] == ["j4"]  # (looks at once)
 
-        assert acceptor.drained
+        assert acceptor.look is LastLook.SHORT
         fcntl.flock(stranger, fcntl.LOCK_UN)
         assert wait_until(lambda: not acceptor._turn._blocked)  # (its thread in line passed it on)
         jobs.add(db, "t", "j5")
@@ -167,7 +168,7 @@ def test_a_busy_processor_defers_to_the_turns_holder_only_once_the_queue_drained
     acceptor = Acceptor(db, ["t"], collections.Counter())
     try:
         assert not acceptor.defers()  # (a backlog, or not known yet: look)
-        acceptor.drained = True
+        acceptor.look = LastLook.SHORT
         assert acceptor.defers()
         fcntl.flock(stranger, fcntl.LOCK_UN)
         assert not acceptor.defers() and acceptor._turn.held
