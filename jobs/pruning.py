@@ -16,7 +16,7 @@ from .engine import value_of
 from .engine.transactional import LastAttempt, run, run_noting
 from .errors import StoreError
 from .retention import KEEP_FOREVER, retentions
-from .status import job_types
+from .reading import job_types
 
 BATCH = 100  # jobs removed per transaction (each removal clears a handful of keys)
 BACKFILL_PAGE = 500  # rows looked at per backfill transaction

@@ -1,11 +1,12 @@
 """Reading jobs: one job (data, state, run info), every job, the running ids, the pending
-count.  Nothing here writes."""
+count, the known types.  Nothing here writes."""
 
 from __future__ import annotations
 
 import time
 
 from . import checks, failed as failed_index, finished as finished_index, keys, pending, rows
+from . import limits, pausing, type_timeouts
 from .calls import not_found, within_store
 from .codec import Row, decode_data, lock_time
 from .engine import value_of
@@ -123,3 +124,22 @@ def pending_count(tr, type: str, max_sched_time: float | None = None, limit: int
     max_sched_time = checks.optional_seconds(max_sched_time, "max_sched_time")
     limit = checks.limit(limit)
     return within_store(tr, lambda tr: pending.count(tr, type, max_sched_time, limit))
+
+
+def job_types(tr) -> list[str]:
+    """Types that have a timeout, are paused, have limits or have at least one job, sorted.
+    Jobs are found by skipping from one type's rows to the next (one read per type), not
+    by reading every row."""
+    found = set(type_timeouts.get_types(tr)) | set(pausing.paused_types(tr)) | set(limits.limited_types(tr))
+    begin, end = keys.DATA.range().start, keys.DATA.range().stop
+    while (key := _first_key(tr, begin, end)) is not None:
+        type = keys.DATA.unpack(key)[0]
+        found.add(type)
+        begin = keys.DATA[type].range().stop
+    return sorted(found)
+
+
+def _first_key(tr, begin: bytes, end: bytes) -> bytes | None:
+    for key, _value in tr.snapshot.get_range(begin, end, limit=1):
+        return bytes(key)
+    return None

@@ -45,6 +45,7 @@ from .limits import Limits
 from .retention import KEEP_FOREVER, Retention, get_retention
 from .engine import value_of
 from .engine.transactional import run
+from .reading import job_types
 
 
 
@@ -156,25 +157,6 @@ def probe(tr) -> None:
     answer (a health check: ``monitor/http.py``'s ``/healthz``)."""
     tr.get_read_version().wait()
     tr.snapshot.get(keys.LAYOUT_KEY).wait()
-
-
-def job_types(tr) -> list[str]:
-    """Types that have a timeout, are paused, have limits or have at least one job, sorted.
-    Jobs are found by skipping from one type's rows to the next (one read per type), not
-    by reading every row."""
-    found = set(type_timeouts.get_types(tr)) | set(pausing.paused_types(tr)) | set(limits_mod.limited_types(tr))
-    begin, end = keys.DATA.range().start, keys.DATA.range().stop
-    while (key := _first_key(tr, begin, end)) is not None:
-        type = keys.DATA.unpack(key)[0]
-        found.add(type)
-        begin = keys.DATA[type].range().stop
-    return sorted(found)
-
-
-def _first_key(tr, begin: bytes, end: bytes) -> bytes | None:
-    for key, _value in tr.snapshot.get_range(begin, end, limit=1):
-        return bytes(key)
-    return None
 
 
 class _Look(NamedTuple):
