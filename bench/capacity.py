@@ -36,7 +36,7 @@ import jobs  # noqa: E402
 from bench import bench_engine  # noqa: E402
 from bench import capacity_model as model  # noqa: E402
 from bench import capacity_sim  # noqa: E402
-from jobs import status as status_mod  # noqa: E402
+from jobs.observe import status as status_mod
 from jobs.engine.counting import CountingDatabase  # noqa: E402
 from jobs.engine.transactional import run as run_transaction  # noqa: E402
 from jobsctl import scratch  # noqa: E402

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 
-from jobs import counts, rates
+from jobs.indexes import counts, rates
 from jobs.engine import tuple as fdb_tuple
 
 JOB_ID = "cap-"  # how bench/capacity.py's job ids begin: a key holding one is that job's own

@@ -102,7 +102,7 @@ def _idle_after_outcome(db, n: int) -> None:
     that writes (here one key) and finds nothing, then whatever sets its watch (a second
     transaction), the watch cancelled.  (Written so that it counts releases whose first
     attempt returned None for a read-only accept to follow.)"""
-    from jobs.accepting import AcceptCall, Wait
+    from jobs.queue.accepting import AcceptCall, Wait
 
     def also(tr):
         tr.set(b"instr/outcome", VALUE)
@@ -154,7 +154,7 @@ def _accept_carrying_finish(db, n: int) -> None:
     accept takes one job and writes the previous one's finish (``finish_many`` in its
     ``also``), as the processor's outcomes ride its accepts; the last job is finished on
     its own.  ``processor-p1`` less this is what the Processor costs a job."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     held = None
     for _ in range(n):

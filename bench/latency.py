@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 import jobs  # noqa: E402
 from bench import bench_engine  # noqa: E402
-from jobs import counts  # noqa: E402
+from jobs.indexes import counts
 from jobs.engine.faults import FaultInjectingDatabase  # noqa: E402
 from jobs.engine.transactional import run as run_transaction  # noqa: E402
 from jobsctl import scratch  # noqa: E402

@@ -26,7 +26,7 @@ import time
 
 import jobs
 import processors
-from jobs.status import gather
+from jobs.observe.status import gather
 
 TYPE = "soak"
 CHUNK = 1000  # jobs a producer's add_many adds

@@ -15,7 +15,7 @@ transaction; ``add(..., priority=N)`` puts a job in a priority band (lower runs 
 running at once and started per period, per type and per key.
 """
 
-from .subscriptions import subscribe, unsubscribe, wait
+from .observe.subscriptions import subscribe, unsubscribe, wait
 from .api import (
     accept,
     accept_many,
@@ -48,10 +48,10 @@ from .api import (
     update,
 )
 from .engine import transactional
-from .pruning import prune
-from .repair import remove_unreadable
-from .retention import Retention, clear_retention, get_retention, set_retention
-from .limits import Limits, Rate, clear_limits, get_limits, set_limits
+from .upkeep.pruning import prune
+from .upkeep.repair import remove_unreadable
+from .controls.retention import Retention, clear_retention, get_retention, set_retention
+from .controls.limits import Limits, Rate, clear_limits, get_limits, set_limits
 from .errors import (
     ForeignJobError,
     Halt,

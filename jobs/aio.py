@@ -23,8 +23,11 @@ import anyio.lowlevel
 from anyio.lowlevel import RunVar
 import anyio.to_thread
 
-from . import api, checks, limits, pruning, repair, retention, subscriptions
-from .accepting import AcceptCall
+from . import api, checks
+from .controls import limits, retention
+from .upkeep import pruning, repair
+from .observe import subscriptions
+from .queue.accepting import AcceptCall
 from .errors import Halt
 from .job import Job
 

@@ -35,10 +35,10 @@ committed; every write path gives the right answer when that happens:
 
 from __future__ import annotations
 
-from .creator import NewJob, add, add_many, remove
+from .queue.creator import NewJob, add, add_many, remove
 from .job import Job, JobInfo
-from .pausing import is_paused, pause, resume
-from .reading import (
+from .controls.pausing import is_paused, pause, resume
+from .queue.reading import (
     get_active_jobs_ids,
     get_job,
     get_job_data,
@@ -48,8 +48,19 @@ from .reading import (
     get_times,
     pending_count,
 )
-from .type_timeouts import clear_type_timeout, get_type_timeout, get_types, set_type_timeout
-from .worker import accept, accept_many, finish, finish_many, is_held, is_resubmitted, read_ahead, release, resubmit, update
+from .controls.type_timeouts import clear_type_timeout, get_type_timeout, get_types, set_type_timeout
+from .queue.worker import (
+    accept,
+    accept_many,
+    finish,
+    finish_many,
+    is_held,
+    is_resubmitted,
+    read_ahead,
+    release,
+    resubmit,
+    update,
+)
 
 __all__ = [
     "Job",

@@ -11,7 +11,8 @@ from datetime import datetime
 import orjson
 
 import jobs
-from jobs import checks, limits
+from jobs import checks
+from jobs.controls import limits
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 
 import jobs
-from jobs import failed as failed_index, layouts, schedules, status as status_mod, store, store_ids
+from jobs.indexes import failed as failed_index
+from jobs import layouts, store, store_ids
+from jobs.upkeep import schedules
+from jobs.observe import status as status_mod
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.urls import describe_store
 

@@ -8,7 +8,7 @@ import functools
 from dataclasses import asdict
 
 import jobs
-from jobs import limits as limits_mod
+from jobs.controls import limits as limits_mod
 from jobs.engine.transactional import run as run_transaction
 
 from .arguments import count, parse_rate

@@ -10,7 +10,7 @@ from datetime import datetime
 import orjson
 
 from jobs import checks
-from jobs import status as status_mod
+from jobs.observe import status as status_mod
 from monitor.dashboard import held_text
 
 def printable(text: str) -> str:

@@ -1,11 +1,11 @@
-"""The ``jobsctl workers`` command: the live workers (``jobs.workers``), the processors
+"""The ``jobsctl workers`` command: the live workers (``jobs.observe.workers``), the processors
 serving the store, with the types they handle, their lanes and the jobs they hold."""
 
 from __future__ import annotations
 
 import time
 
-from jobs import workers as workers_mod
+from jobs.observe import workers as workers_mod
 
 from .commands import open_store
 from .views import duration, table, when
@@ -18,7 +18,7 @@ def add_commands(command) -> None:
 
 
 def cmd_workers(args):
-    """A list of the live workers (``jobs.workers.Worker``: one JSON object each)."""
+    """A list of the live workers (``jobs.observe.workers.Worker``: one JSON object each)."""
     with open_store(args, create=False) as db:
         return workers_mod.live_workers(db)
 

@@ -20,7 +20,7 @@ import logging
 import time
 
 import jobs
-from jobs import activity
+from jobs.queue import activity
 from jobs.engine.transactional import run, run_noting
 
 from .batching import AdaptiveBatch, Failures, Unreadable

@@ -1,7 +1,7 @@
 """The counters' upkeep, a duty of the monitor's (``duty.py``) beside the activity monitor:
 clear the counters nothing reads any more, so that they stay bounded by time, not by the
-jobs that ever ran: per type, the per-minute rates older than an hour (``jobs.rates``)
-and the job counters' past seconds and minutes that add up to nothing (``jobs.counts``).
+jobs that ever ran: per type, the per-minute rates older than an hour (``jobs.indexes.rates``)
+and the job counters' past seconds and minutes that add up to nothing (``jobs.indexes.counts``).
 A pass a minute; several over one store are harmless (each clear re-reads what it clears).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import jobs
-from jobs import counts, rates
+from jobs.indexes import counts, rates
 from jobs.engine.transactional import run
 
 from .batching import Failures

@@ -9,7 +9,7 @@ import html
 import string
 import time
 
-from jobs import status
+from jobs.observe import status
 
 TYPE_HEADERS = ["type", "timeout", "pending", "due", "oldest due wait", "running", "finished", "failed", "lost",
                 "last change", "last hour: started / finished / failed (retried)", "finished and failed per minute",

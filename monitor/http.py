@@ -1,6 +1,6 @@
 """The status of a job store over HTTP, for people and for Prometheus (stdlib only):
 
-    /status   the JSON document of ``jobs.status.gather``, as ``jobsctl status --json`` prints it
+    /status   the JSON document of ``jobs.observe.status.gather``, as ``jobsctl status --json`` prints it
     /metrics  the same counts as Prometheus gauges (text exposition format 0.0.4; ``metrics.py``)
     /         an HTML dashboard, rendered here and refreshed from /status every 2 s
     /healthz  ``ok`` when a read transaction on the store succeeds, else 503 and the error
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import orjson
 
 import jobs
-from jobs import status
+from jobs.observe import status
 from jobs.engine.transactional import run
 
 from . import actions as api

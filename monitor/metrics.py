@@ -1,4 +1,4 @@
-"""``/metrics``: a status gather (``jobs.status.gather``) as Prometheus gauges, in the text
+"""``/metrics``: a status gather (``jobs.observe.status.gather``) as Prometheus gauges, in the text
 exposition format 0.0.4 (``http.py`` serves it).  Every per-type family has a ``type``
 label; a family whose value a type does not have (no timeout, no limit) has no sample for
 that type rather than a made-up one."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from jobs.finished import KINDS
-from jobs.status import PLACES
+from jobs.queue.finished import KINDS
+from jobs.observe.status import PLACES
 
 # One gauge family per TypeStatus field, labelled by type: (name, field, help).
 GAUGES = (
@@ -28,7 +28,7 @@ GAUGES = (
      "Jobs of the type started in the last period of its rate limit; absent: no rate limit."),
 )
 
-RATE_GAUGES = (  # the last hour, from jobs/rates.py's per-minute counters
+RATE_GAUGES = (  # the last hour, from jobs/indexes/rates.py's per-minute counters
     ("jobs_finished_last_hour", "finished", "Runs of the type that succeeded in the last hour."),
     ("jobs_failed_last_hour", "failed", "Jobs of the type that failed for good in the last hour."),
     ("jobs_retried_last_hour", "retried",
@@ -73,7 +73,7 @@ def _number(value: float) -> str:
 
 
 def _worker_families(family, status) -> None:
-    """The live workers (``jobs.workers``): in all, per type they handle, the jobs they
+    """The live workers (``jobs.observe.workers``): in all, per type they handle, the jobs they
     held at their last heartbeat; no sample after a failed gather."""
     workers = status.workers if status is not None else None
     by_type: dict[str, int] = {}

@@ -1,5 +1,5 @@
 """Retention, a duty of the monitor's (``duty.py``) beside the activity monitor: per type
-with a retention (``jobs.retention``), remove finished jobs kept longer than it, oldest
+with a retention (``jobs.controls.retention``), remove finished jobs kept longer than it, oldest
 first (see below), in bounded amounts, however many jobs are due (the rest go at the next
 passes).
 
@@ -15,7 +15,7 @@ worker processes taking the same oldest batch kept conflicting (``bench.soak
 Each pass per type: one page of the backfill (jobs finished before the type had a
 retention) until the store records it done (then one read),
 then at most :data:`PER_PASS` jobs of each kind,
-:data:`jobs.pruning.BATCH` per transaction.  Several monitors may prune the same type at
+:data:`jobs.upkeep.pruning.BATCH` per transaction.  Several monitors may prune the same type at
 once: each removal re-reads its job, so a job is removed once and nothing else is touched.
 """
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 import random
 import time
 
-from jobs import pruning
+from jobs.upkeep import pruning
 from jobs.engine.transactional import run
-from jobs.finished import KINDS, backfill
-from jobs.retention import retentions
+from jobs.queue.finished import KINDS, backfill
+from jobs.controls.retention import retentions
 
 from .batching import Failures, Unreadable
 from .duty import Duty

@@ -2,7 +2,7 @@
 
 A job fails for good when its handler used up its attempts (``Retry``) or its run lost
 ``max_lost`` workers; it then stays ``finished`` with ``_task.failed`` and is indexed as
-failed by the job layer (``jobs/failed.py``), which is what these read: never every row.
+failed by the job layer (``jobs/indexes/failed.py``), which is what these read: never every row.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jobs
-from jobs import checks, failed as failed_index
+from jobs import checks
+from jobs.indexes import failed as failed_index
 from jobs.api import get_run_info
 from jobs.engine.transactional import run as run_transaction, within
 from monitor.actions import JobActions

@@ -54,7 +54,7 @@ import threading
 import time
 
 import jobs
-from jobs.accepting import AcceptCall, Wait
+from jobs.queue.accepting import AcceptCall, Wait
 
 from . import feed_policy, finishes, tracing
 from .feed_policy import FeedPolicy, FeedState, LastLook, Pace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.cron import Cron
+from jobs.controls.cron import Cron
 
 from . import behaviors
 
@@ -24,5 +24,5 @@ class Handler:
     is_async: bool
     max_lost: int = MAX_LOST
     on_lost: object = None  # fn(ctx, reason) run instead of the handler once max_lost is reached
-    cron: Cron | None = None  # run at each tick of this schedule (jobs/schedules.py)
+    cron: Cron | None = None  # run at each tick of this schedule (jobs/upkeep/schedules.py)
     time_limit: float | None = None  # seconds a run may take before it is interrupted (failed)

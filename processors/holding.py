@@ -18,7 +18,9 @@ import anyio
 import anyio.to_thread
 
 import jobs
-from jobs import Halt, activity, wakeups
+from jobs import Halt
+from jobs.queue import activity
+from jobs.indexes import wakeups
 from jobs.engine.transactional import run as run_transaction
 
 from .run import Run

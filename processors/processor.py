@@ -49,8 +49,9 @@ import anyio.lowlevel
 import anyio.to_thread
 
 import jobs
-from jobs import checks, schedules
-from jobs.cron import DEFAULT_TZ, Cron
+from jobs import checks
+from jobs.upkeep import schedules
+from jobs.controls.cron import DEFAULT_TZ, Cron
 from jobs.engine.transactional import run as run_transaction
 from jobs.engine.urls import describe_store
 from monitor import ActivityMonitor
@@ -88,8 +89,8 @@ class Processor:
     before their jobs are handed back.  ``prefetch``: most jobs accepted in one
     transaction (fewer when jobs are long; 1: one job at a time; at most
     ``finishes.TRANSACTION_ROWS``).  ``worker_heartbeat``:
-    seconds between two renewals of its entry in the workers registry (``jobs.workers``:
-    it drops out after ``jobs.workers.stale_bound`` of that without one).  ``stats``
+    seconds between two renewals of its entry in the workers registry (``jobs.observe.workers``:
+    it drops out after ``jobs.observe.workers.stale_bound`` of that without one).  ``stats``
     counts what happened (accepted, succeeded, retried, failed, halted, released, errors;
     accept_batches: accept transactions that took jobs; accept_empty: those that took none
     (nothing due, or only outcomes written); accept_rearms: the transactions that then set
@@ -153,9 +154,9 @@ class Processor:
         last attempt, with ``worker lost N times; last worker HOST/PID at TIME``;
         ``on_lost(ctx, reason)``, if given, runs then instead of the handler (sync, on a
         lane; its ``ctx.on_commit`` writes commit with the failed finish).  ``cron``: run the
-        type's job ``jobs.schedules.JOB_ID`` at each tick of this cron expression in IANA
+        type's job ``jobs.upkeep.schedules.JOB_ID`` at each tick of this cron expression in IANA
         zone ``tz`` (default UTC), each tick once however many processors run (the schedule
-        is written to the store when the processor starts: see ``jobs/schedules.py``)."""
+        is written to the store when the processor starts: see ``jobs/upkeep/schedules.py``)."""
         checks.name(type, "type")
         if type in self._handlers:
             raise ValueError(f"a handler for type {type!r} is already registered")

@@ -1,4 +1,4 @@
-"""A processor's entry in the workers registry (``jobs/workers.py``): written as it starts
+"""A processor's entry in the workers registry (``jobs/observe/workers.py``): written as it starts
 serving, renewed every ``interval`` seconds by one small blind write (a ``periodic`` duty,
 whatever the number of jobs), with how many jobs it holds then, and cleared when it stops
 (normally, on a signal, when cancelled or interrupted).  A processor that dies without
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from jobs import workers
+from jobs.observe import workers
 
 from .holding import Held
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import orjson
 
 import jobs
-from jobs import dbstate, keys, rows, store_ids
+from jobs import dbstate, keys, store_ids
+from jobs.queue import rows
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
 
@@ -61,7 +62,7 @@ def collector_runs(db) -> int:
 def indexed(db, type: str = "t") -> dict[str, str]:
     """Job id -> kind (``finished``/``failed``) of the type's entries in the index of finished
     jobs, checked against the entries' pointers."""
-    from jobs import finished
+    from jobs.queue import finished
 
     r = keys.FINISHED[type].range()
     entries = {}
@@ -75,7 +76,7 @@ def indexed(db, type: str = "t") -> dict[str, str]:
 def age_finished(db, type: str, job_ids, seconds: float) -> None:
     """Make the jobs look finished ``seconds`` earlier than they did (retention counts from
     the time in their index entry)."""
-    from jobs import finished
+    from jobs.queue import finished
 
     @jobs.transactional
     def body(tr):

@@ -5,7 +5,9 @@ take the newest stamp; watchers wake on a stamp of any shard."""
 from __future__ import annotations
 
 import jobs
-from jobs import activity, keys, rows, wakeups
+from jobs.queue import activity, rows
+from jobs import keys
+from jobs.indexes import wakeups
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
 from waiting import wait_until

@@ -11,7 +11,9 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import NewJob, creator, status
+from jobs import NewJob
+from jobs.queue import creator
+from jobs.observe import status
 from jobs.engine.faults import FaultInjectingDatabase
 
 T = "bulk"

@@ -13,7 +13,8 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import activity, keys, rows
+from jobs.queue import activity, rows
+from jobs import keys
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.errors import COMMIT_UNKNOWN_RESULT, FDBError
 from jobs.engine.faults import FaultInjectingDatabase
@@ -215,7 +216,7 @@ def test_accept_retried_after_a_conflict_does_not_read_the_jobs_it_lost(db, monk
     picked: it must not read their rows, which the worker that won them goes on writing
     (here it finishes the lost job while the retry runs), or each such write makes the
     retry conflict again, and a chain of conflicts keeps the worker backing off."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     class Scripted(FaultInjectingDatabase):
         script = ["conflict"]
@@ -415,7 +416,7 @@ def test_active_jobs_ids_in_order_of_last_activity(db):
 def test_dequeues_conflict_only_when_they_take_the_same_job(db, monkeypatch):
     """The pick reads the queue as a snapshot and adds one read conflict key, on the job
     taken: workers taking different jobs both commit; the same job, one gets 1020."""
-    from jobs import pending, places
+    from jobs.indexes import pending, places
     from jobs.engine import error_code
 
     for job_id in "abcd":
@@ -612,7 +613,7 @@ def test_accept_many_of_more_large_jobs_than_one_transaction_rewrites_takes_them
 
 def test_accept_many_retried_after_unknown_commit_returns_the_same_batch(db, monkeypatch):
     """1021 after the batch committed: the retry returns the jobs it locked, no others."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     for i in range(6):
         jobs.add(db, T, f"j{i}", {})
@@ -665,7 +666,7 @@ def test_accept_sets_no_watch_in_a_transaction_that_writes(db, app):
     watch is set after the commit, from what the attempt saw: here an enqueue came after
     its read version, so the second transaction looks again, finds the job not due yet,
     and waits for it."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     jobs.set_type_timeout(db, T, 60)
     calls = []

@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 import jobs
-from jobs import counts, keys
+from jobs.indexes import counts
+from jobs import keys
 from jobs.checks import MAX_TIME
 from jobs.codec import DATA_LIMIT
 from jobs.engine import tuple as fdb_tuple

@@ -20,7 +20,8 @@ import orjson
 import pytest
 
 import jobs
-from jobs import keys, status_ranges
+from jobs import keys
+from jobs.observe import status_ranges
 from jobsctl import cli
 from jobsctl.arguments import parse_rate
 from jobs.engine.urls import ENV_VAR
@@ -301,7 +302,7 @@ def test_status(capsys, url, db, monkeypatch):
     jobs.update(db, running)  # r is now the most recently active
     jobs.add(db, "t", "late", scheduled_time=time.time() - 500)  # due long ago, enqueued now
     with monkeypatch.context() as m:  # a job enqueued 100 s ago, by the enqueuer's clock
-        m.setattr(jobs.pending, "time", type("Clock", (), {"time": staticmethod(lambda: time.time() - 100)}))
+        m.setattr(jobs.indexes.pending, "time", type("Clock", (), {"time": staticmethod(lambda: time.time() - 100)}))
         jobs.add(db, "t", "old")
     jobs.add(db, "t", "future", scheduled_time=time.time() + 3600)
     jobs.set_type_timeout(db, "cleared", 5)

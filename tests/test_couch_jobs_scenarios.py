@@ -19,7 +19,8 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import keys, rows
+from jobs import keys
+from jobs.queue import rows
 from jobs.engine import close
 from jobs.engine.faults import FaultInjectingDatabase
 

@@ -1,4 +1,4 @@
-"""The per-type job counters (``jobs/counts.py``): they say what counting every key says,
+"""The per-type job counters (``jobs/indexes/counts.py``): they say what counting every key says,
 whatever path changed the jobs; old buckets are pruned; and a status gather reads as many
 keys at ten times the jobs."""
 
@@ -11,7 +11,10 @@ import time
 import pytest
 
 import jobs
-from jobs import activity, counts, keys, status, status_ranges
+from jobs.queue import activity
+from jobs.indexes import counts
+from jobs import keys
+from jobs.observe import status, status_ranges
 from jobs.engine.counting import CountingDatabase
 from jobs.engine.transactional import run
 from monitor.retention import Pruner
@@ -94,7 +97,7 @@ def test_an_accept_carrying_a_finish_adds_nothing_to_the_running_count(db, monke
     accept) move the running count by -1 and +1: counted in one tally, nothing is written
     for it (an add of 0 is a write all the same), and the counters stay exact.  A finish
     in a transaction of its own, or an accept, still adds."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     jobs.set_type_timeout(db, T, 60)
     jobs.add_many(db, T, ["a", "b", "c"])

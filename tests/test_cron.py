@@ -14,7 +14,7 @@ import pytest
 
 import jobs
 import processors.processor
-from jobs import schedules
+from jobs.upkeep import schedules
 from jobsctl import cli
 from processors import Processor
 from processors.behaviors import TASK_KEY

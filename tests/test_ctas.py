@@ -16,7 +16,7 @@ import pytest
 
 import jobs
 import pipeline
-from jobs import activity
+from jobs.queue import activity
 from jobs.engine.transactional import run
 from jobs.engine.faults import FaultInjectingDatabase
 from pipeline import ctas as pctas

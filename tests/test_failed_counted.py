@@ -14,7 +14,7 @@ import pytest
 
 import jobs
 from stores import clear_store, store_url
-from jobs import status
+from jobs.observe import status
 from jobs.engine.urls import ENV_VAR
 from jobsctl import cli
 from monitor import StatusServer

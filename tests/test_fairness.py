@@ -10,7 +10,8 @@ import time
 import pytest
 
 import jobs
-from jobs import activity, fairness
+from jobs.queue import activity
+from jobs.controls import fairness
 from jobs.engine.transactional import run
 from waiting import DEADLINE
 

@@ -9,7 +9,8 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import keys, status
+from jobs import keys
+from jobs.observe import status
 from jobs.engine.counting import CountingDatabase
 from jobs.engine.faults import FaultInjectingDatabase
 from stored import indexed, snapshot
@@ -113,7 +114,7 @@ def test_per_type_work_is_written_once_per_batch(db):
 def test_an_accept_carrying_finishes_stamps_the_types_activity_once(db):
     """A worker's outcomes riding its next accept: the finishes and the accept stamp the
     type's activity (what wakes its monitor and subscribers) with one call, not one each."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     jobs.add_many(db, T, ["a", "b", "c"])
     held = jobs.accept_many(db, T, 2, timeout=0)

@@ -214,7 +214,7 @@ def test_the_dashboard_offers_the_actions(store, server):
 
 
 def test_the_dashboard_lists_live_workers(store):
-    from jobs import workers
+    from jobs.observe import workers
 
     w = workers.new_worker(["t"], 3, interval=5.0)
     workers.register(store, w)

@@ -24,7 +24,7 @@ import pytest
 
 import jobs
 import monitor
-from jobs import status
+from jobs.observe import status
 from jobsctl import cli
 from stored import add_unchecked
 from monitor import StatusServer

@@ -11,9 +11,11 @@ import time
 import pytest
 
 import jobs
-from jobs import activity, fairness, keys, limits
+from jobs.queue import activity
+from jobs.controls import fairness, limits
+from jobs import keys
 from jobs.engine.transactional import run
-from jobs.limits import MAX_SLOTS, Limits, Rate
+from jobs.controls.limits import MAX_SLOTS, Limits, Rate
 from waiting import DEADLINE
 
 T = "t"

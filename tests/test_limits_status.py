@@ -1,4 +1,4 @@
-"""What ``jobs.status.gather`` reports of job keys and limits: keyed pending jobs (in their
+"""What ``jobs.observe.status.gather`` reports of job keys and limits: keyed pending jobs (in their
 keys' own queues) counted as pending, due, due as soon as possible and per priority band
 like the type's own queue, and so not as finished; over several pages; the type's limits
 with the running slots held and the jobs started in the rate period; its keys per place.
@@ -11,7 +11,7 @@ import time
 import pytest
 
 import jobs
-from jobs import status, status_ranges
+from jobs.observe import status, status_ranges
 from jobs.engine.transactional import run
 
 T = "t"
@@ -44,7 +44,7 @@ def mixed(db, monkeypatch) -> float:
     jobs.add(db, T, "a1", key="a", priority=-1)
     jobs.add(db, T, "a2", key="a", scheduled_time=now + 3600)
     with monkeypatch.context() as m:  # enqueued 300 s ago, by the enqueuer's clock
-        m.setattr(jobs.pending, "time", type("Clock", (), {"time": staticmethod(lambda: now - 300)}))
+        m.setattr(jobs.indexes.pending, "time", type("Clock", (), {"time": staticmethod(lambda: now - 300)}))
         jobs.add(db, T, "b0", key="b", scheduled_time=now - 200)
     jobs.add(db, T, "c0", key="c", scheduled_time=now + 3600)
     return now - 300

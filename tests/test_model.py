@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import jobs
-from jobs import status
+from jobs.observe import status
 from jobs.engine import Subspace
 from jobs.engine import limits
 from jobs.engine.embedded import EmbeddedDatabase

@@ -10,8 +10,9 @@ import anyio
 import pytest
 
 import jobs
-from jobs import activity, keys
-from jobs.accepting import this_worker
+from jobs.queue import activity
+from jobs import keys
+from jobs.queue.accepting import this_worker
 from jobs.engine import FDBError
 from monitor import ActivityMonitor
 from monitor.batching import AdaptiveBatch, jittered

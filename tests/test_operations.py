@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import jobs
-from jobs import activity
+from jobs.queue import activity
 from jobs.codec import read_json
 from jobs.engine.transactional import run
 from processors import Processor

@@ -14,7 +14,7 @@ import pytest
 
 import jobs
 import jobs.aio
-from jobs import accepting
+from jobs.queue import accepting
 from jobs.engine.errors import NOT_COMMITTED, error_code
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
@@ -171,9 +171,9 @@ def test_pause_and_resume_are_idempotent_under_commit_unknown_result(db):
     faulty = FaultInjectingDatabase(db, unknown_committed=1.0)
     jobs.add(db, T, "a")
     jobs.pause(faulty, T)
-    since = run(db, jobs.pausing.paused_types)[T]
+    since = run(db, jobs.controls.pausing.paused_types)[T]
     jobs.pause(faulty, T)  # paused already: stays paused since the first pause
-    assert jobs.is_paused(db, T) and run(db, jobs.pausing.paused_types)[T] == since
+    assert jobs.is_paused(db, T) and run(db, jobs.controls.pausing.paused_types)[T] == since
     assert jobs.accept(faulty, T, timeout=0) is None
     jobs.resume(faulty, T)
     jobs.resume(faulty, T)
@@ -229,7 +229,7 @@ def test_async_twins(db):
 
 
 def test_status_shows_paused_types(db):
-    from jobs import status
+    from jobs.observe import status
 
     jobs.pause(db, T)
     jobs.pause(db, "unknown")

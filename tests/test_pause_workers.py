@@ -20,7 +20,7 @@ import time
 import pytest
 
 import jobs
-from jobs import accepting, rows
+from jobs.queue import accepting, rows
 from jobs.engine.transactional import run
 from processors import Processor
 from waiting import DEADLINE, running, wait_until

@@ -1,4 +1,4 @@
-"""Where a thread picks a lone job in a head (``jobs/places.py``): slots far apart per
+"""Where a thread picks a lone job in a head (``jobs/indexes/places.py``): slots far apart per
 machine and store, places that turn with the clock, a place moved after many conflicts."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 import jobs
-from jobs import pending, places
+from jobs.indexes import pending, places
 
 T = "placed"
 
@@ -200,7 +200,7 @@ def test_without_a_temporary_directory_to_write_a_thread_picks_at_a_place_of_its
 
 
 def test_an_accept_conflict_counts_for_its_threads_place(db, monkeypatch):
-    from jobs import accepting
+    from jobs.queue import accepting
     from jobs.engine import FDBError
 
     counted = []
@@ -242,7 +242,7 @@ def test_a_slots_file_is_removed_when_its_thread_or_process_ends(tmp_path):
     store = _store()
     assert _in_thread(lambda: _placed(store))[1] == 0
     assert _files(store) == []
-    script = ("import uuid, sys; from jobs import places; store = uuid.UUID(sys.argv[1]).bytes; "
+    script = ("import uuid, sys; from jobs.indexes import places; store = uuid.UUID(sys.argv[1]).bytes; "
               "places.place(store); assert places.slot_of(store) == 0")
     env = dict(os.environ, TMPDIR=str(tmp_path))
     subprocess.run([sys.executable, "-c", script, str(uuid.UUID(bytes=store))], env=env, check=True, timeout=60)

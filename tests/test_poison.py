@@ -17,8 +17,9 @@ import pytest
 
 import jobs
 import processors
-from jobs import activity, status
-from jobs.accepting import this_worker
+from jobs.queue import activity
+from jobs.observe import status
+from jobs.queue.accepting import this_worker
 from jobs.api import get_run_info
 from jobsctl.cli import main as cli_main
 from jobs.codec import Lost, Row, encode_row

@@ -18,7 +18,7 @@ import time
 import pytest
 
 import jobs
-from jobs import status
+from jobs.observe import status
 from jobs.api import get_run_info
 from processors.behaviors import TASK_KEY
 from processors.operations import Operation, Operations

@@ -10,7 +10,10 @@ import pytest
 
 import jobs
 import processors
-from jobs import activity, keys, pending, status
+from jobs.queue import activity
+from jobs import keys
+from jobs.indexes import pending
+from jobs.observe import status
 from jobs.codec import Row, decode_row, encode_row
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.faults import FaultInjectingDatabase

@@ -16,7 +16,7 @@ import textwrap
 import time
 
 import jobs
-from jobs import status
+from jobs.observe import status
 from waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

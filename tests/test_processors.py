@@ -73,7 +73,7 @@ def test_handler_returning_none_keeps_the_data_and_update_records_progress(db):
 
 
 def test_a_pending_job_whose_row_cannot_be_read_does_not_stop_the_workers(db):
-    """It is taken off the queue unrun (``jobs.accepting``), and the other jobs run."""
+    """It is taken off the queue unrun (``jobs.queue.accepting``), and the other jobs run."""
     jobs.set_type_timeout(db, "t", 10)
     ids = ["bad", *(f"g{i}" for i in range(5))]
     for job_id in ids:
@@ -797,7 +797,7 @@ def test_an_outcome_queued_during_another_lanes_accept_is_written_before_that_ac
     transaction leaves it to the accepts (the next one may carry it); that accept, finding
     nothing, commits it before it waits for jobs.  (FINISH_DELAY and the accept's wait at
     a minute: nothing else would write it sooner.)"""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
     from processors import feed, finishes
 
     monkeypatch.setattr(finishes, "FINISH_DELAY", 60.0)
@@ -974,7 +974,7 @@ def test_outcomes_are_not_held_by_an_accept_that_keeps_conflicting(db, monkeypat
     attempt: one that conflicts again and again (each time backing off longer) would hold
     them, unheartbeated, past their type timeout, and the jobs would run twice.  Here every
     accept that carries outcomes conflicts; the outcomes are committed on their own."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
     from jobs.engine.errors import NOT_COMMITTED, FDBError
 
     body = AcceptCall._body
@@ -1000,7 +1000,7 @@ def test_an_accept_that_conflicts_once_carries_the_outcomes_in_its_retry(db, mon
     """A conflict costs one more attempt, not a transaction of the outcomes' own besides:
     the first retry of an accept (backing off 10 ms at most) carries the outcomes too,
     and each is written once."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
     from jobs.engine.errors import NOT_COMMITTED, FDBError
     from processors.finishes import OutcomesNotCarried
 

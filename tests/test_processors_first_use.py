@@ -24,7 +24,7 @@ from waiting import DEADLINE, running, wait_until
 
 import jobs
 import processors
-from jobs import status
+from jobs.observe import status
 from jobsctl import views
 from monitor.documents import job_document
 from processors import Processor, Retry, TaskFailed, TimeLimitExceeded, holding
@@ -309,7 +309,7 @@ def test_an_idle_worker_process_exits_soon_after_sigterm(db, engine_name, tmp_pa
                                 stderr=err)
 
     def registered():
-        return any(w.pid == proc.pid for w in jobs.workers.live_workers(db))
+        return any(w.pid == proc.pid for w in jobs.observe.workers.live_workers(db))
 
     try:
         assert wait_until(lambda: registered() or proc.poll() is not None), (tmp_path / "err.txt").read_text()

@@ -10,7 +10,9 @@ import time
 import pytest
 
 import jobs
-from jobs import keys, rates, status
+from jobs import keys
+from jobs.indexes import rates
+from jobs.observe import status
 from jobs.codec import pack_int
 from jobs.engine import strinc
 from jobs.engine.counting import CountingDatabase
@@ -43,7 +45,7 @@ def test_finished_failed_and_started_are_counted(db):
 
 def test_the_wait_counts_from_when_the_job_was_due(db, monkeypatch):
     with monkeypatch.context() as m:  # a job enqueued 100 s ago, by the enqueuer's clock
-        m.setattr(jobs.pending, "time", type("Clock", (), {"time": staticmethod(lambda: time.time() - 100)}))
+        m.setattr(jobs.indexes.pending, "time", type("Clock", (), {"time": staticmethod(lambda: time.time() - 100)}))
         jobs.add(db, T, "late", scheduled_time=time.time() - 200)  # due since it was enqueued
     job = jobs.accept(db, T, timeout=0)
     r = last_hour(db)
@@ -62,7 +64,7 @@ def test_an_accept_carrying_a_finish_adds_to_one_rate_key(db):
     """A worker's outcome riding its next accept: the finish is counted in the key the
     start adds to (one write, not two); a finish alone, and an accept alone, add to one key
     each; every count is read back."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     jobs.add_many(db, T, ["a", "b", "c"])
     held = jobs.accept(db, T, timeout=0)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import jobs
-from jobs import finished as finished_index
+from jobs.queue import finished as finished_index
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.latency import Late
 from processors import Processor
@@ -147,7 +147,7 @@ def test_an_accept_carrying_a_finish_asks_for_the_queue_head_with_its_first_read
     does) waits for the read version, its first reads (the finish's row and the queue's
     head among them), the rows of the jobs it picked: three round trips, where asking for
     the head only once the first reads came back took four."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     (last,) = _accept(db, 1)
     jobs.add_many(db, T, ["next-1", "next-2"])

@@ -10,7 +10,9 @@ import time
 import pytest
 
 import jobs
-from jobs import counts, keys, repair
+from jobs.indexes import counts
+from jobs import keys
+from jobs.upkeep import repair
 from jobs.engine.transactional import run
 from stored import snapshot
 

@@ -15,7 +15,9 @@ import pytest
 
 import jobs
 import processors
-from jobs import finished, keys, pruning
+from jobs.queue import finished
+from jobs import keys
+from jobs.upkeep import pruning
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
 from monitor import retention as retention_pass
@@ -406,9 +408,9 @@ def test_a_monitor_backfills_an_old_store(db):
 
 
 def job_keys(db) -> int:
-    """The job layer's keys but the per-minute rate counters (``jobs/rates.py``: bounded by
+    """The job layer's keys but the per-minute rate counters (``jobs/indexes/rates.py``: bounded by
     time, an hour's worth, not by jobs; ``test_rates.py`` checks that they go), the job
-    counters (``jobs/counts.py``: bounded by shards, priorities and scheduled minutes, which
+    counters (``jobs/indexes/counts.py``: bounded by shards, priorities and scheduled minutes, which
     ``test_counts.py`` checks are pruned) and the activity stamps and pending wakes (bounded
     by their shards: ``test_activity_shards.py``, ``test_wakeups.py``)."""
     skip = (keys.RATES.key(), keys.COUNTS.key(), keys.WATCHES_ACTIVITY.key(), keys.WATCHES_PENDING.key())

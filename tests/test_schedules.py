@@ -1,4 +1,4 @@
-"""Cron schedules in the job layer (``jobs/schedules.py``, ``jobs/cron.py``): setting one,
+"""Cron schedules in the job layer (``jobs/upkeep/schedules.py``, ``jobs/controls/cron.py``): setting one,
 each tick enqueued exactly once by any number of callers and under
 ``commit_unknown_result``, ticks missed while nobody ticked coalesced, DST kept as cronsim
 (Debian cron) has it.  The schedules' clock is a fake one the tests step: no test waits for
@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import jobs
-from jobs import schedules
-from jobs.cron import Cron
+from jobs.upkeep import schedules
+from jobs.controls.cron import Cron
 from jobs.engine.faults import FaultInjectingDatabase
 from stored import snapshot
 

@@ -72,7 +72,7 @@ def test_under_a_root_the_counters_agree_with_a_count(tmp_path):
     """The counters a taken queue entry moves are the type's, whatever the root: the type
     is read from the entry's key after the root's names (it was read at a fixed place, so
     under a root every accept counted its jobs for a type named "pending")."""
-    script = ("import jobs; from jobs import status; db = jobs.open(); jobs.set_type_timeout(db, 't', 30); "
+    script = ("import jobs; from jobs.observe import status; db = jobs.open(); jobs.set_type_timeout(db, 't', 30); "
               "jobs.add_many(db, 't', [(f'j{i}', {}) for i in range(6)]); "
               "jobs.add(db, 't', 'k', {}, key='tenant'); "
               "held = jobs.accept_many(db, 't', 4, timeout=0); jobs.release(db, held[0]); "

@@ -183,7 +183,7 @@ def test_a_holder_whose_accept_conflicts_passes_the_turn_on_before_it_backs_off(
     in a row: meanwhile the turn goes to another idle processor, which watches (the
     machine's new jobs would otherwise wait for a look once a slice), and the conflicting
     accept's next attempts look without a watch."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
     from jobs.engine.errors import NOT_COMMITTED, FDBError
 
     jobs.set_type_timeout(db, "t", 10)
@@ -409,7 +409,7 @@ def test_an_accept_that_keeps_conflicting_backs_off_a_bounded_time(monkeypatch):
     stops at ``ACCEPT_MAX_RETRY_DELAY_MS`` (the client's own grows to a second, which on a
     cluster became the start latency of the jobs waiting meanwhile)."""
     import jobs.engine.transaction as transaction
-    from jobs import accepting
+    from jobs.queue import accepting
     from jobs.engine.errors import NOT_COMMITTED, FDBError
 
     db = jobs.open("memory:")

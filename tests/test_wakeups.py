@@ -1,5 +1,5 @@
 """Waiting accepts of one process share the watches of a type's pending wake shards
-(``jobs/wakeups.py``): one set for them all, every waiter woken by an enqueue on any
+(``jobs/indexes/wakeups.py``): one set for them all, every waiter woken by an enqueue on any
 shard, a waiter that leaves disturbing nobody."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 
 import jobs
-from jobs import keys, pending, wakeups
+from jobs import keys
+from jobs.indexes import pending, wakeups
 from jobs.engine.transactional import run
 from waiting import wait_until
 
@@ -91,7 +92,7 @@ def test_an_accept_that_writes_and_finds_nothing_waits_on_a_watch(db):
     """``attempt(also)`` on an empty queue commits ``also`` and returns a Wait whose watch
     fires on the next enqueue: set by a second transaction that reads only the wake
     keys (``rearms``), not by another whole accept."""
-    from jobs.accepting import AcceptCall, Wait
+    from jobs.queue.accepting import AcceptCall, Wait
 
     jobs.set_type_timeout(db, T, 60)
     call = AcceptCall(db, T)
@@ -106,7 +107,7 @@ def test_an_accept_that_writes_and_finds_nothing_waits_on_a_watch(db):
 def test_an_accept_that_writes_takes_a_job_enqueued_before_its_watch(db, monkeypatch):
     """A job enqueued after the writing attempt read and before the watch is set: the
     second transaction takes it instead of setting the watch."""
-    from jobs.accepting import AcceptCall
+    from jobs.queue.accepting import AcceptCall
 
     jobs.set_type_timeout(db, T, 60)
     watch_joined = pending.watch_joined

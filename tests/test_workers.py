@@ -1,4 +1,4 @@
-"""The workers registry: ``jobs.workers`` (register, heartbeat, unregister, live
+"""The workers registry: ``jobs.observe.workers`` (register, heartbeat, unregister, live
 and stale records, bounded cleaning, bad input), processors registering as they run and
 dropping out when they stop, ``jobsctl workers`` (text and ``--json``), ``/status`` and
 ``/metrics``; and a processor killed with SIGKILL dropping out once stale.
@@ -21,7 +21,8 @@ import orjson
 import pytest
 
 import jobs
-from jobs import StoreError, keys, status, workers
+from jobs import StoreError, keys
+from jobs.observe import status, workers
 from jobs.engine import tuple as fdb_tuple
 from jobs.engine.transactional import run
 from jobsctl import cli

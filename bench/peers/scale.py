@@ -3,7 +3,7 @@ pending.  One store grows through the sizes (preloaded in 5,000-job transactions
 each size, after an untimed warm-up of ``--ops`` adds (the first commits after a bulk load
 pay for checkpointing its write-ahead log: ~5x slower at 1M for a few hundred commits),
 ``--ops`` adds (one per transaction) and then as many accept+finish pairs are timed, so
-the pending count stays where it was; then one status gather (``jobs.status.gather``: what
+the pending count stays where it was; then one status gather (``jobs.observe.status.gather``: what
 ``jobsctl status``, ``/status`` and ``/metrics`` read, from the counters) is timed, and one
 ``exact`` gather (``jobsctl status --exact``: every key counted, as before the counters).
 Prints JSON: ``{"sizes": [...], "add_us": [[run, ...], ...], "take_us": [[...], ...],
@@ -21,7 +21,7 @@ import sys
 import time
 
 import jobs
-import jobs.status
+import jobs.observe.status
 
 TYPE = "bench"
 
@@ -55,7 +55,7 @@ def time_takes(db, ops: int) -> float:
 
 def time_status(db, exact: bool = False) -> float:
     t = time.perf_counter()
-    jobs.status.gather(db, exact=exact)
+    jobs.observe.status.gather(db, exact=exact)
     return time.perf_counter() - t
 
 

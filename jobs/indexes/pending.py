@@ -24,9 +24,10 @@ import time
 import uuid
 from bisect import bisect_left
 
-from . import counts, keys, places, store_ids, txstate, wakeups
-from .codec import pack_str
-from .engine import KeySelector, strinc
+from . import counts, places, wakeups
+from .. import keys, store_ids, txstate
+from ..codec import pack_str
+from ..engine import KeySelector, strinc
 
 SAMPLE = places.SLOTS  # head of the queue read to pick from: enough that a few workers rarely pick alike
 BATCH_SPREAD = 8  # a batch of n is a run of n taken at a random place in the first n * 8

@@ -37,9 +37,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from . import keys
-from .codec import pack_int
-from .engine import strinc
+from .. import keys
+from ..codec import pack_int
+from ..engine import strinc
 
 BASE = 1.25  # wait buckets: a quantile is known to within this factor
 KEEP = 3600.0  # seconds of history kept (and summed)

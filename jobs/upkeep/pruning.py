@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import time
 
-from . import checks, finished as finished_index, keys, rows
-from .calls import within_store
-from .creator import remove_row
-from .engine import value_of
-from .engine.transactional import LastAttempt, run, run_noting
-from .errors import StoreError
-from .retention import KEEP_FOREVER, retentions
-from .reading import job_types
+from .. import checks, keys
+from ..queue import finished as finished_index, rows
+from ..calls import within_store
+from ..queue.creator import remove_row
+from ..engine import value_of
+from ..engine.transactional import LastAttempt, run, run_noting
+from ..errors import StoreError
+from ..controls.retention import KEEP_FOREVER, retentions
+from ..queue.reading import job_types
 
 BATCH = 100  # jobs removed per transaction (each removal clears a handful of keys)
 BACKFILL_PAGE = 500  # rows looked at per backfill transaction

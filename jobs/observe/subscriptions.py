@@ -6,7 +6,7 @@ subscriptions of a database); this module is the front the job API exports.
 
 from __future__ import annotations
 
-from . import checks
+from .. import checks
 from .notifier import notifier_for
 from .notifier import wait as notifier_wait
 

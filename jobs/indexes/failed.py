@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from . import keys
-from .engine import tuple as fdb_tuple
-from .engine import value_of
+from .. import keys
+from ..engine import tuple as fdb_tuple
+from ..engine import value_of
 
 
 REASON_LIMIT = 500  # characters of the reason kept in the index

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import checks, finished as finished_index, keys, rows
-from .calls import not_found, within_store
-from .codec import Row
-from .creator import remove_row
-from .engine import strinc, value_of
-from .engine.transactional import LastAttempt, is_database, run
+from .. import checks, keys
+from ..queue import finished as finished_index, rows
+from ..calls import not_found, within_store
+from ..codec import Row
+from ..queue.creator import remove_row
+from ..engine import strinc, value_of
+from ..engine.transactional import LastAttempt, is_database, run
 
 PAGE = 10_000  # keys read per transaction while looking (well within FoundationDB's 5 s)
 

@@ -37,7 +37,7 @@ import threading
 import time
 import weakref
 
-from . import lockfiles
+from .. import lockfiles
 
 SLOTS = 16  # places in a head (pending.SAMPLE), and slots per store and machine
 SPREAD = (0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15)  # slot -> its place: far apart

@@ -27,12 +27,13 @@ import random
 import struct
 from dataclasses import dataclass
 
-from . import checks, keys, pending
-from .calls import within_store
-from .codec import pack_int
-from .engine import tuple as fdb_tuple
-from .engine import strinc, value_of
-from .errors import StoreError
+from .. import checks, keys
+from ..indexes import pending
+from ..calls import within_store
+from ..codec import pack_int
+from ..engine import tuple as fdb_tuple
+from ..engine import strinc, value_of
+from ..errors import StoreError
 
 MAX_SLOTS = 10_000  # largest limit: a full limit is read whole by the accepts that wait on it
 WINDOW = 64  # slots read per range read while looking for free ones

@@ -20,13 +20,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from . import activity, dbstate, keys, rows, wakeups
-from .codec import decode_data, decode_row
-from .engine import error_code, value_of
-from .engine.errors import OPERATION_CANCELLED
-from .engine.transactional import run as run_transaction
-from .engine.urls import describe_store
-from .errors import NotFound
+from ..queue import activity, rows
+from .. import dbstate, keys
+from ..indexes import wakeups
+from ..codec import decode_data, decode_row
+from ..engine import error_code, value_of
+from ..engine.errors import OPERATION_CANCELLED
+from ..engine.transactional import run as run_transaction
+from ..engine.urls import describe_store
+from ..errors import NotFound
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)
 

@@ -37,15 +37,21 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from . import activity, counts as counts_mod, finished as finished_index, keys, limits as limits_mod, pausing, pending
-from . import rates, schedules as schedules_mod, status_ranges as ranges_mod, type_timeouts, workers as workers_mod
-from .rates import Rates
-from .stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
-from .limits import Limits
-from .retention import KEEP_FOREVER, Retention, get_retention
-from .engine import value_of
-from .engine.transactional import run
-from .reading import job_types
+from ..queue import activity, finished as finished_index
+from ..indexes import counts as counts_mod, pending
+from .. import keys
+from ..controls import limits as limits_mod, pausing
+from ..indexes import rates
+from ..upkeep import schedules as schedules_mod
+from . import status_ranges as ranges_mod, workers as workers_mod
+from ..controls import type_timeouts
+from ..indexes.rates import Rates
+from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from ..controls.limits import Limits
+from ..controls.retention import KEEP_FOREVER, Retention, get_retention
+from ..engine import value_of
+from ..engine.transactional import run
+from ..queue.reading import job_types
 
 
 

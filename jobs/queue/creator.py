@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from . import ahead, checks, finished as finished_index, keys, pending, rows
-from .calls import not_found, within_store
-from .codec import encode_data
-from .engine import value_of
-from .engine.transactional import LastAttempt, is_database
-from .engine.urls import describe_store
-from .errors import JobDataError, NoTypeTimeout
+from .. import ahead, checks, keys
+from . import finished as finished_index, rows
+from ..indexes import pending
+from ..calls import not_found, within_store
+from ..codec import encode_data
+from ..engine import value_of
+from ..engine.transactional import LastAttempt, is_database
+from ..engine.urls import describe_store
+from ..errors import JobDataError, NoTypeTimeout
 
 
 def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0,

@@ -24,13 +24,16 @@ import socket
 import time
 from dataclasses import dataclass
 
-from . import ahead, checks, counts, fairness, keys, limits, pausing, pending, places, rows, store_ids
-from .codec import Row, decode_data, new_lock
-from .engine import error_code, is_retryable, value_of, wait_future
-from .engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
-from .engine.limits import TRANSACTION_SIZE_LIMIT
-from .engine.transactional import LastAttempt, is_database, run_noting
-from .job import Job
+from .. import ahead, checks, keys, store_ids
+from ..indexes import counts, pending, places
+from ..controls import fairness, limits, pausing
+from . import rows
+from ..codec import Row, decode_data, new_lock
+from ..engine import error_code, is_retryable, value_of, wait_future
+from ..engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
+from ..engine.limits import TRANSACTION_SIZE_LIMIT
+from ..engine.transactional import LastAttempt, is_database, run_noting
+from ..job import Job
 
 log = logging.getLogger("jobs")
 

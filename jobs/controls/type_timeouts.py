@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import checks, keys, store_ids
-from .calls import within_store
-from .engine import tuple as fdb_tuple
-from .engine import value_of
+from .. import checks, keys, store_ids
+from ..calls import within_store
+from ..engine import tuple as fdb_tuple
+from ..engine import value_of
 
 
 def set_type_timeout(tr, type: str, seconds: float) -> None:

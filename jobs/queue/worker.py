@@ -7,16 +7,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from . import ahead, checks, counts, fairness, keys, pending, rows, store_ids
-from . import failed as failed_index
+from .. import ahead, checks, keys, store_ids
+from ..indexes import counts, pending
+from ..controls import fairness
+from . import rows
+from ..indexes import failed as failed_index
 from . import finished as finished_index
 from .accepting import AcceptCall
-from .calls import not_found, within_store
-from .codec import Row, decode_data, encode_data
-from .engine import value_of
-from .engine.transactional import LastAttempt, is_database
-from .errors import ForeignJobError, Halt, JobDataError
-from .job import Job, JobInfo
+from ..calls import not_found, within_store
+from ..codec import Row, decode_data, encode_data
+from ..engine import value_of
+from ..engine.transactional import LastAttempt, is_database
+from ..errors import ForeignJobError, Halt, JobDataError
+from ..job import Job, JobInfo
 
 
 def _job(job) -> Job:

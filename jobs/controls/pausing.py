@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import time
 
-from . import checks, keys, pending
-from .calls import within_store
-from .engine import tuple as fdb_tuple
-from .engine import value_of
+from .. import checks, keys
+from ..indexes import pending
+from ..calls import within_store
+from ..engine import tuple as fdb_tuple
+from ..engine import value_of
 
 
 def pause(tr, type: str) -> None:

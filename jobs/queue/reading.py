@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 
-from . import checks, failed as failed_index, finished as finished_index, keys, pending, rows
-from . import limits, pausing, type_timeouts
-from .calls import not_found, within_store
-from .codec import Row, decode_data, lock_time
-from .engine import value_of
-from .job import JobInfo, JobTimes, RunInfo
-from .stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from .. import checks, keys
+from ..indexes import failed as failed_index, pending
+from . import finished as finished_index, rows
+from ..controls import limits, pausing, type_timeouts
+from ..calls import not_found, within_store
+from ..codec import Row, decode_data, lock_time
+from ..engine import value_of
+from ..job import JobInfo, JobTimes, RunInfo
+from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
 
 
 def _row_or_not_found(tr, type: str, job_id: str) -> Row:

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .checks import ArgumentTypeError
+from ..checks import ArgumentTypeError
 
 DEFAULT_TZ = "UTC"
 _TINY = timedelta(microseconds=1)

@@ -35,10 +35,11 @@ import math
 import random
 import time
 
-from . import keys, pending
-from .codec import pack_int, pack_str
-from .engine import KeySelector, strinc, value_of
-from .engine import tuple as fdb_tuple
+from .. import keys
+from ..indexes import pending
+from ..codec import pack_int, pack_str
+from ..engine import KeySelector, strinc, value_of
+from ..engine import tuple as fdb_tuple
 
 TURNS, ASLEEP, FULL = 0, 1, 2  # the parts of ``keys/Type``
 PLACES = {"turns": TURNS, "asleep": ASLEEP, "full": FULL}  # their names, for people

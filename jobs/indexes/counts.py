@@ -29,8 +29,9 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from . import keys, rates, txstate
-from .codec import pack_int
+from .. import keys, txstate
+from . import rates
+from ..codec import pack_int
 
 SHARDS = 8
 SECONDS_KEPT = 600.0  # seconds buckets read only within the current minute; kept 10 minutes

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 
-from . import keys, rows, wakeups
-from .codec import Lost, Row
-from .engine import Versionstamp, value_of
+from .. import keys
+from . import rows
+from ..indexes import wakeups
+from ..codec import Lost, Row
+from ..engine import Versionstamp, value_of
 
 _LAST_USER_VERSION = 0xFFFF
 

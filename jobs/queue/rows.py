@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import functools
 
-from . import ahead, counts, fairness, keys, limits, pending, txstate
-from .codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
-from .engine import Versionstamp, value_of
-from .errors import StoreError
+from .. import ahead, keys, txstate
+from ..indexes import counts, pending
+from ..controls import fairness, limits
+from ..codec import Lost, Row, decode_row, encode_new_row, encode_row, encode_stamped_row
+from ..engine import Versionstamp, value_of
+from ..errors import StoreError
 
 _STAMP_AT_0 = bytes(10) + (0).to_bytes(4, "little")  # value = the 10-byte versionstamp
 _USER_VERSIONS = 1 << 16

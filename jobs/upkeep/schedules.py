@@ -29,17 +29,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from . import checks, keys
-from .calls import within_store
-from .creator import add
-from .cron import DEFAULT_TZ, Cron
-from .engine import tuple as fdb_tuple
-from .engine import value_of
-from .engine.urls import describe_store
-from .errors import NoTypeTimeout, StoreError
-from .reading import get_job
-from .rows import get as get_row
-from .worker import resubmit
+from .. import checks, keys
+from ..calls import within_store
+from ..queue.creator import add
+from ..controls.cron import DEFAULT_TZ, Cron
+from ..engine import tuple as fdb_tuple
+from ..engine import value_of
+from ..engine.urls import describe_store
+from ..errors import NoTypeTimeout, StoreError
+from ..queue.reading import get_job
+from ..queue.rows import get as get_row
+from ..queue.worker import resubmit
 
 JOB_ID = "cron"  # the id of a type's scheduled job
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import ahead, checks, keys
-from .calls import within_store
-from .engine import tuple as fdb_tuple
-from .engine import value_of
+from .. import ahead, checks, keys
+from ..calls import within_store
+from ..engine import tuple as fdb_tuple
+from ..engine import value_of
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from . import checks, keys
-from .calls import within_store
-from .engine import tuple as fdb_tuple
-from .errors import StoreError
+from .. import checks, keys
+from ..calls import within_store
+from ..engine import tuple as fdb_tuple
+from ..errors import StoreError
 
 STALE_BEATS = 3  # heartbeat intervals a worker may miss before it is no longer live
 MIN_STALE = 10.0  # seconds: the least staleness bound, whatever the interval
@@ -108,7 +108,7 @@ def _count(value, what: str, least: int = 0) -> int:
 
 def _worker(value) -> Worker:
     if not isinstance(value, Worker):
-        raise checks.ArgumentTypeError(f"expected a jobs.workers.Worker (new_worker()), not {type(value).__name__}")
+        raise checks.ArgumentTypeError(f"expected a jobs.observe.workers.Worker (new_worker()), not {type(value).__name__}")
     return value
 
 

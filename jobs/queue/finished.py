@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import time
 
-from . import failed as failed_index
-from . import ahead, counts, keys, rows
-from .engine import tuple as fdb_tuple
-from .engine import value_of
+from ..indexes import failed as failed_index
+from .. import ahead, keys
+from ..indexes import counts
+from . import rows
+from ..engine import tuple as fdb_tuple
+from ..engine import value_of
 
 KINDS = ("finished", "failed")  # finished without failing; finished failed
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import threading
 
-from .engine.errors import OPERATION_CANCELLED, FDBError
-from .engine.futures import Future
-from .engine.transactional import watches
-from . import dbstate
+from ..engine.errors import OPERATION_CANCELLED, FDBError
+from ..engine.futures import Future
+from ..engine.transactional import watches
+from .. import dbstate
 
 
 class Ticket(Future):
