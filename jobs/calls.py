@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from . import keys
-from .engine.transactional import within
-from .engine.urls import describe_store
+from .engine import describe_store, within
 from .errors import NotFound
 
 

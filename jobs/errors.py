@@ -22,7 +22,7 @@ Each class's docstring is its default message.
 
 from __future__ import annotations
 
-from .engine.errors import StoreOpenError as EngineStoreOpenError
+from .engine import StoreOpenError as EngineStoreOpenError
 
 
 class JobsError(Exception):

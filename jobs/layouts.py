@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from . import dbstate
-from .engine import Subspace, value_of
+from .engine import Subspace, run, value_of
 from .engine import tuple as fdb_tuple
-from .engine.transactional import run
 
 # Where a layout keeps its version unless it says otherwise.  ``None`` first: every key of
 # the layouts that use it starts with a str (a table, a type, an id), so no record key

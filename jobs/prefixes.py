@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from .engine import tuple as fdb_tuple
-from .engine.transactional import transactional
+from .engine import transactional
 
 ROOT_ENV = "JOBS_KEY_PREFIX"
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from .engine import errors as engine_errors
-from .engine.transactional import close
-from .engine.urls import open_database
+from .engine import StoreOpenError as EngineStoreOpenError, close, open_database
 from .errors import StoreOpenError
 
 
@@ -20,7 +18,7 @@ def open(url: str | None = None, *, create: bool = True):  # noqa: A001 - jobs.o
     Raises :class:`jobs.StoreOpenError` naming the URL and what to do."""
     try:
         return open_database(url, create=create)
-    except engine_errors.StoreOpenError as exc:
+    except EngineStoreOpenError as exc:
         raise StoreOpenError(str(exc)) from exc
 
 

@@ -12,32 +12,52 @@ keys are told by ``present()``); ``get_range`` is a lazy iterable of ``(key, val
 ``futures.wait_future`` for a timeout).  Versionstamps are packed with
 :func:`pack_versionstamp` / :func:`pack_with_versionstamp`, which need no libfdb_c, and
 read by :func:`versionstamp_at`.
+
+The layer above imports the engine from here, not from its modules: what it uses of the
+engine is this package's names (the retry loop ``run``, ``within`` and ``LastAttempt``,
+the error codes it tells apart, opening a store by URL).
 """
 
-from .errors import FDBError, error_code, is_retryable
+from .errors import (
+    NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED, FDBError, StoreOpenError, error_code, is_retryable,
+)
 from .fdbapi import (
     KeySelector, KeyValue, Subspace, Versionstamp, pack_versionstamp, pack_with_versionstamp, strinc, tuple,
     versionstamp_at,
 )
-from .futures import value_of, wait_future
-from .transactional import close, is_database, transactional
+from .futures import Future, value_of, wait_future
+from .limits import TRANSACTION_SIZE_LIMIT
+from .transactional import LastAttempt, close, is_database, run, run_noting, transactional, within
+from .urls import describe_store, open_database
 
 __all__ = [
     "FDBError",
+    "Future",
     "KeySelector",
     "KeyValue",
+    "LastAttempt",
+    "NOT_COMMITTED",
+    "OPERATION_CANCELLED",
+    "StoreOpenError",
     "Subspace",
+    "TRANSACTION_CANCELLED",
+    "TRANSACTION_SIZE_LIMIT",
     "Versionstamp",
     "close",
+    "describe_store",
     "error_code",
     "is_database",
     "is_retryable",
+    "open_database",
     "pack_versionstamp",
     "pack_with_versionstamp",
+    "run",
+    "run_noting",
     "strinc",
     "transactional",
     "tuple",
     "value_of",
     "versionstamp_at",
     "wait_future",
+    "within",
 ]

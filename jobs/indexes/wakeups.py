@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import threading
 
-from ..engine.errors import OPERATION_CANCELLED, FDBError
-from ..engine.futures import Future
+from ..engine import OPERATION_CANCELLED, FDBError, Future
 from ..engine.transactional import watches
 from .. import dbstate
 

@@ -25,9 +25,8 @@ from .. import dbstate, keys
 from ..indexes import wakeups
 from ..codec import decode_data, decode_row
 from ..engine import error_code, value_of
-from ..engine.errors import OPERATION_CANCELLED
-from ..engine.transactional import run as run_transaction
-from ..engine.urls import describe_store
+from ..engine import OPERATION_CANCELLED, describe_store
+from ..engine import run as run_transaction
 from ..errors import NotFound
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)

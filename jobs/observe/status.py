@@ -50,7 +50,7 @@ from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
 from ..controls.limits import Limits
 from ..controls.retention import KEEP_FOREVER, Retention, get_retention
 from ..engine import value_of
-from ..engine.transactional import run
+from ..engine import run
 from ..queue.reading import job_types
 
 

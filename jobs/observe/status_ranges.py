@@ -22,7 +22,7 @@ from ..indexes import failed as failed_index, pending
 from ..controls import fairness
 from .. import keys
 from ..engine import strinc
-from ..engine.transactional import run
+from ..engine import run
 
 BATCH = 10_000  # index keys counted per transaction (small keys, empty or short values)
 DATA_BATCH = 1_000  # job rows per transaction: their values carry job data (<= 100 kB)

@@ -30,9 +30,8 @@ from ..controls import fairness, limits, pausing
 from . import rows
 from ..codec import Row, decode_data, new_lock
 from ..engine import error_code, is_retryable, value_of, wait_future
-from ..engine.errors import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED
-from ..engine.limits import TRANSACTION_SIZE_LIMIT
-from ..engine.transactional import LastAttempt, is_database, run_noting
+from ..engine import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED, TRANSACTION_SIZE_LIMIT
+from ..engine import LastAttempt, is_database, run_noting
 from ..job import Job
 
 log = logging.getLogger("jobs")

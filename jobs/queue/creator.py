@@ -11,8 +11,7 @@ from ..indexes import pending
 from ..calls import not_found, within_store
 from ..codec import encode_data
 from ..engine import value_of
-from ..engine.transactional import LastAttempt, is_database
-from ..engine.urls import describe_store
+from ..engine import LastAttempt, describe_store, is_database
 from ..errors import JobDataError, NoTypeTimeout
 
 

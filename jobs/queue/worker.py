@@ -17,7 +17,7 @@ from .accepting import AcceptCall
 from ..calls import not_found, within_store
 from ..codec import Row, decode_data, encode_data
 from ..engine import value_of
-from ..engine.transactional import LastAttempt, is_database
+from ..engine import LastAttempt, is_database
 from ..errors import ForeignJobError, Halt, JobDataError
 from ..job import Job, JobInfo
 

@@ -14,7 +14,7 @@ from ..queue import finished as finished_index, rows
 from ..calls import within_store
 from ..queue.creator import remove_row
 from ..engine import value_of
-from ..engine.transactional import LastAttempt, run, run_noting
+from ..engine import LastAttempt, run, run_noting
 from ..errors import StoreError
 from ..controls.retention import KEEP_FOREVER, retentions
 from ..queue.reading import job_types

@@ -26,7 +26,7 @@ from ..calls import not_found, within_store
 from ..codec import Row
 from ..queue.creator import remove_row
 from ..engine import strinc, value_of
-from ..engine.transactional import LastAttempt, is_database, run
+from ..engine import LastAttempt, is_database, run
 
 PAGE = 10_000  # keys read per transaction while looking (well within FoundationDB's 5 s)
 

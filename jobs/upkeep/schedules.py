@@ -35,7 +35,7 @@ from ..queue.creator import add
 from ..controls.cron import DEFAULT_TZ, Cron
 from ..engine import tuple as fdb_tuple
 from ..engine import value_of
-from ..engine.urls import describe_store
+from ..engine import describe_store
 from ..errors import NoTypeTimeout, StoreError
 from ..queue.reading import get_job
 from ..queue.rows import get as get_row
