@@ -20,14 +20,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..queue import activity, rows
 from .. import dbstate, keys
-from ..indexes import wakeups
 from ..codec import decode_data, decode_row
-from ..engine import error_code, value_of
-from ..engine import OPERATION_CANCELLED, describe_store
-from ..engine import run as run_transaction
+from ..engine import OPERATION_CANCELLED, describe_store, error_code, run as run_transaction, value_of
 from ..errors import NotFound
+from ..indexes import wakeups
+from ..queue import activity, rows
 
 POLL_CAP = 1.0  # longest sleep without a watch firing (watches may fire late; cheap re-read)
 

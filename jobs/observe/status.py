@@ -37,21 +37,18 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from ..queue import activity, finished as finished_index
-from ..indexes import counts as counts_mod, pending
 from .. import keys
-from ..controls import limits as limits_mod, pausing
-from ..indexes import rates
-from ..upkeep import schedules as schedules_mod
-from . import status_ranges as ranges_mod, workers as workers_mod
-from ..controls import type_timeouts
-from ..indexes.rates import Rates
-from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from ..controls import limits as limits_mod, pausing, type_timeouts
 from ..controls.limits import Limits
 from ..controls.retention import KEEP_FOREVER, Retention, get_retention
-from ..engine import value_of
-from ..engine import run
+from ..engine import run, value_of
+from ..indexes import counts as counts_mod, pending, rates
+from ..indexes.rates import Rates
+from . import status_ranges as ranges_mod, workers as workers_mod
+from ..queue import activity, finished as finished_index
 from ..queue.reading import job_types
+from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from ..upkeep import schedules as schedules_mod
 
 
 

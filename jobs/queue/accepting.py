@@ -25,14 +25,15 @@ import time
 from dataclasses import dataclass
 
 from .. import ahead, checks, keys, store_ids
-from ..indexes import counts, pending, places
-from ..controls import fairness, limits, pausing
-from . import rows
 from ..codec import Row, decode_data, new_lock
-from ..engine import error_code, is_retryable, value_of, wait_future
-from ..engine import NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED, TRANSACTION_SIZE_LIMIT
-from ..engine import LastAttempt, is_database, run_noting
+from ..controls import fairness, limits, pausing
+from ..engine import (
+    LastAttempt, NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED, TRANSACTION_SIZE_LIMIT,
+    error_code, is_database, is_retryable, run_noting, value_of, wait_future,
+)
+from ..indexes import counts, pending, places
 from ..job import Job
+from . import rows
 
 log = logging.getLogger("jobs")
 

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import time
 
-from ..indexes import failed as failed_index
 from .. import ahead, keys
-from ..indexes import counts
+from ..engine import tuple as fdb_tuple, value_of
+from ..indexes import counts, failed as failed_index
 from . import rows
-from ..engine import tuple as fdb_tuple
-from ..engine import value_of
 
 KINDS = ("finished", "failed")  # finished without failing; finished failed
 

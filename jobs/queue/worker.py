@@ -8,18 +8,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from .. import ahead, checks, keys, store_ids
-from ..indexes import counts, pending
-from ..controls import fairness
-from . import rows
-from ..indexes import failed as failed_index
-from . import finished as finished_index
-from .accepting import AcceptCall
 from ..calls import not_found, within_store
 from ..codec import Row, decode_data, encode_data
-from ..engine import value_of
-from ..engine import LastAttempt, is_database
+from ..controls import fairness
+from ..engine import LastAttempt, is_database, value_of
 from ..errors import ForeignJobError, Halt, JobDataError
+from ..indexes import counts, failed as failed_index, pending
 from ..job import Job, JobInfo
+from . import finished as finished_index, rows
+from .accepting import AcceptCall
 
 
 def _job(job) -> Job:

@@ -31,12 +31,10 @@ from dataclasses import dataclass
 
 from .. import checks, keys
 from ..calls import within_store
-from ..queue.creator import add
-from ..controls.cron import DEFAULT_TZ, Cron
-from ..engine import tuple as fdb_tuple
-from ..engine import value_of
-from ..engine import describe_store
+from ..controls.cron import Cron, DEFAULT_TZ
+from ..engine import describe_store, tuple as fdb_tuple, value_of
 from ..errors import NoTypeTimeout, StoreError
+from ..queue.creator import add
 from ..queue.reading import get_job
 from ..queue.rows import get as get_row
 from ..queue.worker import resubmit
