@@ -85,8 +85,8 @@ class Processor:
     """Runs handlers for job types of store ``db``.
 
     ``monitor``: also run the activity monitor, retention and the counters' upkeep for
-    the registered types (several over one store are harmless).  ``grace``: seconds running handlers get at shutdown
-    before their jobs are handed back.  ``prefetch``: most jobs accepted in one
+    the registered types (several over one store are harmless).  ``grace``: seconds
+    running handlers get at shutdown before their jobs are handed back.  ``prefetch``: most jobs accepted in one
     transaction (fewer when jobs are long; 1: one job at a time; at most
     ``finishes.TRANSACTION_ROWS``).  ``worker_heartbeat``:
     seconds between two renewals of its entry in the workers registry (``jobs.observe.workers``:
