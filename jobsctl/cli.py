@@ -20,7 +20,7 @@ import sys
 import orjson
 
 import jobs
-from jobs.engine.urls import ENV_VAR
+from jobs.engine import ENV_VAR
 
 from .arguments import attach_past_times, count, grace, parse_priority, parse_time, target
 from .commands import (

@@ -10,8 +10,7 @@ from jobs.indexes import failed as failed_index
 from jobs import layouts, store, store_ids
 from jobs.upkeep import schedules
 from jobs.observe import status as status_mod
-from jobs.engine.transactional import run as run_transaction
-from jobs.engine.urls import describe_store
+from jobs.engine import describe_store, run as run_transaction
 
 from .arguments import data_object
 from .views import warn

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import jobs
 from jobs.controls import limits as limits_mod
-from jobs.engine.transactional import run as run_transaction
+from jobs.engine import run as run_transaction
 
 from .arguments import count, parse_rate
 from .commands import open_store

@@ -27,7 +27,7 @@ import sys
 import time
 
 from jobs import StoreOpenError, prefixes, store
-from jobs.engine.urls import ENV_VAR
+from jobs.engine import ENV_VAR
 
 SCRATCH_ENV = "JOBS_SCRATCH"  # set in the child: the root's last name, so it does not run again
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project (bench/ is not installed)

@@ -18,8 +18,7 @@ from datetime import datetime
 import orjson
 
 import jobs
-from jobs.engine.transactional import is_database
-from jobs.engine.urls import ENV_VAR, default_url
+from jobs.engine import ENV_VAR, default_url, is_database
 
 from .commands import open_store
 from .views import say

@@ -21,7 +21,7 @@ import time
 
 import jobs
 from jobs.queue import activity
-from jobs.engine.transactional import run, run_noting
+from jobs.engine import run, run_noting
 
 from .batching import AdaptiveBatch, Failures, Unreadable
 from .duty import Duty

@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 import random
 
-from jobs.engine import error_code
-from jobs.engine.errors import TRANSACTION_TIMED_OUT, TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD
+from jobs.engine import TRANSACTION_TIMED_OUT, TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD, error_code
 
 log = logging.getLogger("monitor")
 

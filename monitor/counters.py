@@ -11,7 +11,7 @@ import time
 
 import jobs
 from jobs.indexes import counts, rates
-from jobs.engine.transactional import run
+from jobs.engine import run
 
 from .batching import Failures
 from .duty import Duty

@@ -28,7 +28,7 @@ import orjson
 
 import jobs
 from jobs.observe import status
-from jobs.engine.transactional import run
+from jobs.engine import run
 
 from . import actions as api
 from .dashboard import dashboard_html

@@ -25,7 +25,7 @@ import random
 import time
 
 from jobs.upkeep import pruning
-from jobs.engine.transactional import run
+from jobs.engine import run
 from jobs.queue.finished import KINDS, backfill
 from jobs.controls.retention import retentions
 

@@ -71,7 +71,7 @@ import orjson
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import is_database, run
+from jobs.engine import is_database, run
 from processors.operations import JobFailed, Operation, Operations, OperationStatus
 
 from . import catalog, schema

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.engine.transactional import within
+from jobs.engine import within
 
 from . import catalog
 from .errors import PartitionNotFound

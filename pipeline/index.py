@@ -25,7 +25,7 @@ import orjson
 
 from jobs import prefixes
 from jobs.codec import read_json
-from jobs.engine.transactional import run, within
+from jobs.engine import run, within
 from jobs.layouts import Layout
 from processors.operations import Operation
 

@@ -13,7 +13,7 @@ import jobs
 from jobs import checks
 from jobs.indexes import failed as failed_index
 from jobs.api import get_run_info
-from jobs.engine.transactional import run as run_transaction, within
+from jobs.engine import run as run_transaction, within
 from monitor.actions import JobActions
 
 from . import behaviors

@@ -23,7 +23,7 @@ import threading
 import time
 
 import jobs
-from jobs.engine.transactional import run as run_transaction
+from jobs.engine import run as run_transaction
 
 log = logging.getLogger("processors")
 

@@ -21,7 +21,7 @@ import jobs
 from jobs import Halt
 from jobs.queue import activity
 from jobs.indexes import wakeups
-from jobs.engine.transactional import run as run_transaction
+from jobs.engine import run as run_transaction
 
 from .run import Run
 

@@ -14,8 +14,7 @@ import logging
 import jobs
 from jobs import Halt
 from jobs.codec import encode_data
-from jobs.engine import error_code
-from jobs.engine.transactional import run as run_transaction
+from jobs.engine import error_code, run as run_transaction
 
 from . import behaviors, tracing
 from .context import Context

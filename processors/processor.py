@@ -52,8 +52,7 @@ import jobs
 from jobs import checks
 from jobs.upkeep import schedules
 from jobs.controls.cron import DEFAULT_TZ, Cron
-from jobs.engine.transactional import run as run_transaction
-from jobs.engine.urls import describe_store
+from jobs.engine import describe_store, run as run_transaction
 from monitor import ActivityMonitor
 from monitor.counters import CounterPruner
 from monitor.retention import Pruner

@@ -18,8 +18,7 @@ import orjson
 import jobs
 import jobs.aio
 from jobs import LayoutError, StoreError, checks, prefixes
-from jobs.engine import value_of
-from jobs.engine.transactional import run
+from jobs.engine import run, value_of
 from jobs.layouts import Layout
 
 from . import behaviors, tracing

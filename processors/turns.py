@@ -39,7 +39,7 @@ import time
 import weakref
 
 from jobs import lockfiles
-from jobs.engine.transactional import run
+from jobs.engine import run
 from jobs.store_ids import store_id_future, store_id_of
 
 _open_turns: "weakref.WeakSet[Turn]" = weakref.WeakSet()

@@ -120,6 +120,32 @@ def test_the_key_layout_is_the_job_layers_own():
     assert outside == []
 
 
+def test_the_engine_is_imported_as_one_package():
+    """Above the engine, its modules are imported through ``jobs.engine`` (the names its
+    ``__init__`` exports), never one by one: what the layers use of the engine is said in
+    one place.  (Tests and benchmarks may reach inside: they measure and test its parts.)"""
+    init = ROOT / "jobs" / "engine" / "__init__.py"
+    exported = next(ast.literal_eval(node.value) for node in ast.parse(init.read_text()).body
+                    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__")
+    parts = {path.stem for path in init.parent.glob("*.py")} - set(exported)
+    reaching = []
+    for name, path in _modules().items():
+        if name == "jobs.engine" or name.startswith("jobs.engine."):
+            continue
+        base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                reaching += [f"{name}: import {a.name}" for a in node.names if a.name.startswith("jobs.engine.")]
+            elif isinstance(node, ast.ImportFrom):
+                prefix = base[: len(base) - node.level + 1] if node.level else []
+                module = ".".join(prefix + ([node.module] if node.module else []))
+                if module.startswith("jobs.engine."):
+                    reaching.append(f"{name}: from {module}")
+                elif module == "jobs.engine":
+                    reaching += [f"{name}: from jobs.engine import {a.name}" for a in node.names if a.name in parts]
+    assert reaching == []
+
+
 def test_every_part_of_the_job_layer_is_a_layer():
     """A new sub-package of ``jobs`` takes its place in :data:`LAYERS`, or its imports would
     go unchecked (it would count as the shared ``jobs``)."""

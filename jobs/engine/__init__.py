@@ -15,11 +15,13 @@ read by :func:`versionstamp_at`.
 
 The layer above imports the engine from here, not from its modules: what it uses of the
 engine is this package's names (the retry loop ``run``, ``within`` and ``LastAttempt``,
-the error codes it tells apart, opening a store by URL).
+the error codes it tells apart, opening a store by URL); ``tests/test_layers.py`` holds
+every package above to it.
 """
 
 from .errors import (
-    NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED, FDBError, StoreOpenError, error_code, is_retryable,
+    NOT_COMMITTED, OPERATION_CANCELLED, TRANSACTION_CANCELLED, TRANSACTION_TIMED_OUT, TRANSACTION_TOO_LARGE,
+    TRANSACTION_TOO_OLD, FDBError, StoreOpenError, error_code, is_retryable,
 )
 from .fdbapi import (
     KeySelector, KeyValue, Subspace, Versionstamp, pack_versionstamp, pack_with_versionstamp, strinc, tuple,
@@ -27,10 +29,11 @@ from .fdbapi import (
 )
 from .futures import Future, value_of, wait_future
 from .limits import TRANSACTION_SIZE_LIMIT
-from .transactional import LastAttempt, close, is_database, run, run_noting, transactional, within
-from .urls import describe_store, open_database
+from .transactional import LastAttempt, close, is_database, run, run_noting, transactional, watch, watch_keys, within
+from .urls import ENV_VAR, default_url, describe_store, open_database
 
 __all__ = [
+    "ENV_VAR",
     "FDBError",
     "Future",
     "KeySelector",
@@ -42,8 +45,12 @@ __all__ = [
     "Subspace",
     "TRANSACTION_CANCELLED",
     "TRANSACTION_SIZE_LIMIT",
+    "TRANSACTION_TIMED_OUT",
+    "TRANSACTION_TOO_LARGE",
+    "TRANSACTION_TOO_OLD",
     "Versionstamp",
     "close",
+    "default_url",
     "describe_store",
     "error_code",
     "is_database",
@@ -59,5 +66,7 @@ __all__ = [
     "value_of",
     "versionstamp_at",
     "wait_future",
+    "watch",
+    "watch_keys",
     "within",
 ]

@@ -38,10 +38,10 @@ def watch(tr, key: bytes):
     resets (one was seen alive 10 s later), and a watch nobody waits on holds a slot of
     the client's watch limit: code that sets watches in a retried transaction sets them
     through this."""
-    return watches(tr, (key,))[0]
+    return watch_keys(tr, (key,))[0]
 
 
-def watches(tr, keys) -> list:
+def watch_keys(tr, keys) -> list:
     """:func:`watch` of each of ``keys`` (registered for :func:`run` at once)."""
     futures = [tr.watch(key) for key in keys]
     try:

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import threading
 
-from ..engine import OPERATION_CANCELLED, FDBError, Future
-from ..engine.transactional import watches
+from ..engine import OPERATION_CANCELLED, FDBError, Future, watch_keys
 from .. import dbstate
 
 
@@ -141,7 +140,7 @@ def watch_any(tr, keys) -> Ticket:
     keys, hub = tuple(keys), _hub_of(tr)
     if hub is not None and (g := hub.usable(keys, version)) is not None:
         return g.join()
-    g = _Generation(hub, keys, version, watches(tr, keys))
+    g = _Generation(hub, keys, version, watch_keys(tr, keys))
     if hub is not None:
         hub.add(g)
     return g.join()

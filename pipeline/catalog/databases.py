@@ -6,7 +6,7 @@ import os
 import time
 from dataclasses import replace as _replace
 
-from jobs.engine.transactional import LastAttempt
+from jobs.engine import LastAttempt
 
 from .. import layout, schema
 from ..errors import DatabaseBusy, DatabaseExists, DatabaseNotEmpty, DatabaseNotFound, PartitionBusy

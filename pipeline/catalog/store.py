@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import within
+from jobs.engine import within
 
 from .. import layout
 from ..errors import DatabaseNotFound, DatabaseNotPublished, TableNotFound

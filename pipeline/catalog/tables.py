@@ -7,7 +7,7 @@ import time
 from dataclasses import replace as _replace
 
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import LastAttempt
+from jobs.engine import LastAttempt
 
 from .. import layout, schema
 from ..errors import PartitionBusy, TableExists, TableIncomplete, TableNotFound, TableStateError

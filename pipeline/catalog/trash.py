@@ -11,7 +11,7 @@ import time
 
 from jobs import checks
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import is_database
+from jobs.engine import is_database
 
 from .. import layout, schema
 from ..records import decode_trash, encode_trash

@@ -6,7 +6,7 @@ import time
 import uuid
 
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import LastAttempt
+from jobs.engine import LastAttempt
 
 from .. import catalog, schema
 from ..errors import TableNotFound

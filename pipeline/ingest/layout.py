@@ -29,8 +29,7 @@ from __future__ import annotations
 import struct
 
 from jobs import prefixes
-from jobs.engine import tuple as fdb_tuple
-from jobs.engine.transactional import within
+from jobs.engine import tuple as fdb_tuple, within
 from jobs.layouts import Layout
 
 from ..errors import IngestStoreError

@@ -13,7 +13,7 @@ import orjson
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import is_database
+from jobs.engine import is_database
 from processors import Retry, TaskFailed, TaskFuture
 
 from .. import catalog, schema

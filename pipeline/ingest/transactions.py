@@ -10,7 +10,7 @@ import uuid
 
 import jobs
 from jobs.checks import ArgumentTypeError
-from jobs.engine.transactional import LastAttempt, is_database
+from jobs.engine import LastAttempt, is_database
 
 from .. import catalog, schema
 from ..errors import IngestError, TableNotFound

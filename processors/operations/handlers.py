@@ -5,7 +5,7 @@ job's lock."""
 from __future__ import annotations
 
 import jobs
-from jobs.engine.transactional import run as run_transaction
+from jobs.engine import run as run_transaction
 
 from ..behaviors import Retry
 from ..context import Context

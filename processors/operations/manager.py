@@ -9,10 +9,7 @@ import uuid
 import jobs
 from jobs import JobsError, checks
 from jobs.codec import read_json
-from jobs.engine import wait_future
-from jobs.engine.transactional import LastAttempt, within
-from jobs.engine.transactional import run as run_transaction
-from jobs.engine.transactional import watch as watch_key
+from jobs.engine import LastAttempt, run as run_transaction, wait_future, watch as watch_key, within
 
 from .handlers import COORDINATOR_RETRY, coordinator_handler, coordinator_lost, job_handler, job_lost
 from .kinds import Operation, check_hooks, compatible
