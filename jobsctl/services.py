@@ -44,9 +44,7 @@ def until_signal():
 
 
 def cmd_monitor(args):
-    from monitor import ActivityMonitor
-    from monitor.counters import CounterPruner
-    from monitor.retention import Pruner
+    from monitor import duties as monitor_duties
 
     seen = {"reenqueued": 0, "pruned": 0, "failed_passes": 0}
 
@@ -62,9 +60,8 @@ def cmd_monitor(args):
 
     _log_to_stderr()
     with open_store(args) as db, until_signal() as stop:
-        monitor = ActivityMonitor(db)
-        pruner = Pruner(db, unreadable=monitor.unreadable)  # (retention, and the counters' upkeep: duties of their own)
-        duties = [monitor, pruner, CounterPruner(db)]
+        duties = monitor_duties(db)
+        monitor, pruner = duties[0], duties[1]  # (re-enqueues; retention)
         for duty in duties:
             duty.start()
         say(args, f"monitoring {args.store or default_url()}; stop with SIGTERM or Ctrl-C")

@@ -53,9 +53,7 @@ from jobs import checks
 from jobs.upkeep import schedules
 from jobs.controls.cron import DEFAULT_TZ, Cron
 from jobs.engine import describe_store, run as run_transaction
-from monitor import ActivityMonitor
-from monitor.counters import CounterPruner
-from monitor.retention import Pruner
+from monitor import duties as monitor_duties
 
 from . import behaviors
 from .feed import Feed
@@ -260,8 +258,8 @@ class Processor:
             self.ready.set()
             async with anyio.create_task_group() as tg:
                 if self.monitor:  # (the store's duties, for its types)
-                    for duty in (ActivityMonitor, Pruner, CounterPruner):
-                        tg.start_soon(duty(self.db, self.types).serve)
+                    for duty in monitor_duties(self.db, self.types):
+                        tg.start_soon(duty.serve)
                 tg.start_soon(heartbeats, self._held, self._refresh_timeouts)
                 tg.start_soon(watch_lost, self.db, self._held)
                 for seconds, fn, stop in self._duties():

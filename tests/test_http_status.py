@@ -432,7 +432,7 @@ def test_start_and_stop(store):
 
 
 def test_exported():
-    assert set(monitor.__all__) == {"ActivityMonitor", "StatusServer"}
+    assert set(monitor.__all__) == {"ActivityMonitor", "CounterPruner", "Duty", "Pruner", "StatusServer", "duties"}
     assert monitor.StatusServer is StatusServer
 
 

@@ -20,6 +20,7 @@ from jobs import keys
 from jobs.upkeep import pruning
 from jobs.engine.faults import FaultInjectingDatabase
 from jobs.engine.transactional import run
+import monitor
 from monitor import retention as retention_pass
 
 from stored import age_finished, indexed, snapshot
@@ -165,6 +166,28 @@ def test_running_monitor_prunes_old_finished_jobs_and_keeps_young_ones(db):
     with pytest.raises(jobs.NotFound):
         jobs.get_job(db, T, "old-1")
     assert indexed(db) == {"young": "finished", "old-failed": "failed"}  # failed: kept forever
+
+
+def test_the_stores_duties_started_by_hand_prune_and_reenqueue(db):
+    """``monitor.duties``: what a program that runs no processor and no ``jobsctl monitor``
+    starts itself; finished jobs are pruned and a dead worker's job is re-enqueued."""
+    jobs.set_retention(db, T, finished=3600)
+    run_jobs(db, ["old", "young"])
+    age_finished(db, T, ["old"], 2 * 3600)
+    jobs.set_type_timeout(db, "held", 0.5)
+    jobs.add(db, "held", "lost", {})
+    assert jobs.accept(db, "held") is not None  # and never heard of again
+    duties = monitor.duties(db)
+    assert [type(d) for d in duties] == [monitor.ActivityMonitor, monitor.Pruner, monitor.CounterPruner]
+    for duty in duties:
+        duty.start()
+    try:
+        assert wait_until(lambda: job_ids(db) == {"young"})
+        assert wait_until(lambda: jobs.get_job_state(db, "held", "lost") == "pending")
+    finally:
+        for duty in duties:
+            duty.stop()
+    assert duties[1].removed == 1 and duties[0].reenqueued == 1
 
 
 def test_failed_jobs_follow_their_own_period(db):
