@@ -26,10 +26,8 @@ def open_store(args, create: bool = True):
 
 @jobs.transactional
 def add_and_get(tr, type, job_id, data, at, priority=0, key=None, type_timeout=None):
-    """Add the job (``type_timeout``: the type's timeout to set first if it has none)."""
-    if type_timeout is not None and jobs.get_type_timeout(tr, type) is None:
-        jobs.set_type_timeout(tr, type, type_timeout)
-    jobs.add(tr, type, job_id, data, at, priority=priority, key=key)
+    """Add the job (``type_timeout``: the type's timeout to set if it has none)."""
+    jobs.add(tr, type, job_id, data, at, priority=priority, key=key, type_timeout=type_timeout)
     return job_doc(jobs.get_job(tr, type, job_id))
 
 

@@ -97,11 +97,8 @@ def _enqueue(db, type: str, job_id: str, data, given: bool, *, at: float, priori
             state = None
         if state is not None and (not given or state in ("pending", "running")):
             return not given  # a fresh random id exists only if our add committed; else join the task
-        try:
-            jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
-        except jobs.NoTypeTimeout:  # (raised before add writes anything)
-            jobs.set_type_timeout(tr, type, DEFAULT_TYPE_TIMEOUT)
-            jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key)
+        jobs.add(tr, type, job_id, data, scheduled_time=at, priority=priority, key=key,
+                 type_timeout=DEFAULT_TYPE_TIMEOUT)
         if given:
             LAYOUT.ensure(tr)
             tr.set(mark, nonce)

@@ -82,6 +82,36 @@ def test_async_twins_cover_the_blocking_calls():
     assert set(jobs.aio.__all__) == blocking - {"open", "transactional", "read_ahead"}
 
 
+# --- a type's timeout given with its first add --------------------------------------------------
+
+
+def test_add_with_a_type_timeout_sets_it_only_for_a_type_without_one(db):
+    """An application adds before any worker of the type ran: the type gets its timeout
+    with the add, in one transaction; a timeout the type has (a worker's) stays."""
+    with pytest.raises(jobs.NoTypeTimeout):
+        jobs.add(db, "fresh", "a", {})
+    jobs.add(db, "fresh", "a", {}, type_timeout=30)
+    assert jobs.get_type_timeout(db, "fresh") == 30.0
+    assert jobs.get_job_state(db, "fresh", "a") == "pending"
+    jobs.add(db, "fresh", "b", {}, type_timeout=5)
+    assert jobs.get_type_timeout(db, "fresh") == 30.0
+    jobs.add_many(db, "bulk", ["x", "y"], type_timeout=7)
+    assert jobs.get_type_timeout(db, "bulk") == 7.0
+    assert sorted(job.id for job in jobs.get_jobs(db, "bulk")) == ["x", "y"]
+    assert anyio.run(lambda: jobs.aio.add(db, "async", "z", {}, type_timeout=9)) is None
+    assert jobs.get_type_timeout(db, "async") == 9.0
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "10", True])
+def test_a_bad_type_timeout_with_an_add_writes_nothing(db, bad):
+    with pytest.raises(ValueError, match="type timeout"):
+        jobs.add(db, "fresh", "a", {}, type_timeout=bad)
+    with pytest.raises(ValueError, match="type timeout"):
+        jobs.add_many(db, "fresh", ["a"], type_timeout=bad)
+    assert jobs.get_type_timeout(db, "fresh") is None
+    assert list(jobs.get_jobs(db, "fresh")) == []
+
+
 # --- composition -------------------------------------------------------------------------
 
 

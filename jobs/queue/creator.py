@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from .. import ahead, checks, keys
 from . import finished as finished_index, rows
+from ..controls.type_timeouts import set_type_timeout
 from ..indexes import pending
 from ..calls import not_found, within_store
 from ..codec import encode_data
@@ -16,7 +17,7 @@ from ..errors import JobDataError, NoTypeTimeout
 
 
 def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: float = 0,
-        priority: int = 0, key: str | None = None) -> None:
+        priority: int = 0, key: str | None = None, type_timeout: float | None = None) -> None:
     """Add a job, or re-add an existing one (couch_jobs' rules; the priority and the key
     go with the scheduled time):
 
@@ -33,18 +34,24 @@ def add(tr, type: str, job_id: str, data: dict | None = None, scheduled_time: fl
     type's keys in turn (``fairness.py``), each under the type's per-key limits
     (``set_limits``); None: the type's queue, as couch_jobs.
 
-    Raises NoTypeTimeout when the type has no timeout, JobDataError for bad data;
+    ``type_timeout``: the type's timeout (seconds), set in the same transaction if the type
+    has none, so that an application can add jobs before any worker of the type has run
+    (a timeout the type has is kept: a worker's own declaration wins).
+
+    Raises NoTypeTimeout when the type has no timeout (and none is given), JobDataError for
+    bad data;
     ValueError when type or id contains control characters, ``scheduled_time`` is not a
     time a view can show as a date (negative, NaN, from the year 9999 on) or ``priority``
     is not an int of 64 bits (a bool neither), or ``key`` is not a str without control
     characters."""
     checks.name(type, "type", new=True)
     job = _checked(type, job_id, data, scheduled_time, priority, key)
+    type_timeout = _type_timeout(type_timeout)
 
     def body(tr):
         timeout = _timeout_read(tr, type)  # (both reads issued together: one round trip)
         row = ahead.read(tr, keys.data_key(type, job_id))
-        _require_timeout(tr, timeout, type)
+        _require_timeout(tr, timeout, type, type_timeout)
         _add_row(tr, type, job, rows.decode(value_of(row), type, job_id))
 
     within_store(tr, body)
@@ -83,10 +90,20 @@ def _timeout_read(tr, type: str):
     return tr.get(keys.timeout_key(type))
 
 
-def _require_timeout(tr, timeout, type: str) -> None:
-    """NoTypeTimeout unless the type's timeout (``timeout``: its read) is set; it names the
-    store, which may not be the one meant (another working directory's default)."""
-    if value_of(timeout) is None:
+def _type_timeout(seconds: float | None) -> float | None:
+    """``type_timeout`` checked before anything is written (None: none given)."""
+    return None if seconds is None else checks.seconds(seconds, "type timeout", positive=True)
+
+
+def _require_timeout(tr, timeout, type: str, default: float | None = None) -> None:
+    """NoTypeTimeout unless the type's timeout (``timeout``: its read) is set, or set here
+    to ``default``; the error names the store, which may not be the one meant (another
+    working directory's default)."""
+    if value_of(timeout) is not None:
+        return
+    if default is not None:
+        set_type_timeout(tr, type, default)
+    else:
         raise NoTypeTimeout(f"job type {type!r} has no timeout in {describe_store(tr)}: "
                             f"call set_type_timeout(db, {type!r}, seconds) first")
 
@@ -110,15 +127,17 @@ def _add_row(tr, type: str, job: _Checked, row) -> None:
 BULK_CHUNK = 1_000  # jobs per transaction when add_many is given a database
 
 
-def add_many(tr, type: str, jobs: Iterable) -> None:
+def add_many(tr, type: str, jobs: Iterable, type_timeout: float | None = None) -> None:
     """Add many jobs of ``type``, each as ``add(tr, type, ...)`` would (the same rules for
     jobs that exist, the same checks), with one read per job and one write per counter
     for all.  ``jobs``: :class:`NewJob` items, tuples of its fields, or ids alone.  Every
     job is checked before anything is written: a bad one raises ValueError (or JobDataError)
     naming its place, and so does an id given twice.  Given a transaction: in it, all or
     nothing.  Given a database: ``BULK_CHUNK`` jobs per transaction, in order, each retried
-    as ``add`` is (a chunk whose commit happened writes nothing more when retried)."""
+    as ``add`` is (a chunk whose commit happened writes nothing more when retried).
+    ``type_timeout``: as :func:`add`'s."""
     checks.name(type, "type", new=True)
+    type_timeout = _type_timeout(type_timeout)
     batch, seen = [], set()
     for i, item in enumerate(jobs):
         try:
@@ -131,10 +150,11 @@ def add_many(tr, type: str, jobs: Iterable) -> None:
         seen.add(job.id)
         batch.append(job)
     if not is_database(tr):
-        within_store(tr, lambda tr: _add_batch(tr, type, batch))
+        within_store(tr, lambda tr: _add_batch(tr, type, batch, type_timeout))
         return
     for start in range(0, len(batch), BULK_CHUNK):
-        within_store(tr, lambda tr, chunk=batch[start:start + BULK_CHUNK]: _add_batch(tr, type, chunk))
+        chunk = batch[start:start + BULK_CHUNK]
+        within_store(tr, lambda tr, chunk=chunk: _add_batch(tr, type, chunk, type_timeout))
 
 
 _DEFAULTS = tuple(NewJob._field_defaults.values())  # (data, scheduled_time, priority, key)
@@ -157,11 +177,11 @@ def type_error(exc: Exception) -> bool:
     return isinstance(exc, TypeError) and not isinstance(exc, ValueError)
 
 
-def _add_batch(tr, type: str, batch: list[_Checked]) -> None:
+def _add_batch(tr, type: str, batch: list[_Checked], type_timeout: float | None) -> None:
     timeout = _timeout_read(tr, type)
     data_keys = [keys.data_key(type, job.id) for job in batch]
     futures = [tr.get(key) for key in data_keys]  # (read in parallel)
-    _require_timeout(tr, timeout, type)
+    _require_timeout(tr, timeout, type, type_timeout)
     new = []
     for job, key, future in zip(batch, data_keys, futures):
         raw = value_of(future)
