@@ -27,7 +27,7 @@ import ipaddress
 from urllib.parse import unquote, urlsplit
 
 import jobs
-from jobs.api import get_run_info
+from jobs import get_run_info
 from jobs.errors import JobsError
 
 from .documents import job_document

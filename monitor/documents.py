@@ -7,7 +7,7 @@ dashboard count it (the job API's state stays couch_jobs' ``"finished"``)."""
 from __future__ import annotations
 
 import jobs
-from jobs.api import get_run_info, get_times
+from jobs import get_run_info, get_times
 from jobs.job import JobTimes, RunInfo
 
 

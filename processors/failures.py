@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jobs
 from jobs import checks
 from jobs.indexes import failed as failed_index
-from jobs.api import get_run_info
+from jobs import get_run_info
 from jobs.engine import run as run_transaction, within
 from monitor.actions import JobActions
 

@@ -1,4 +1,4 @@
-"""``jobs.api.get_times``: when a job was enqueued, started, last active and finished, for
+"""``jobs.get_times``: when a job was enqueued, started, last active and finished, for
 ``jobsctl show`` and the dashboard's drill-in, on both engines' clocks."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import jobs
-from jobs.api import get_times
+from jobs import get_times
 from jobs.codec import lock_time, new_lock
 
 T = "timed"

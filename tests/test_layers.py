@@ -4,7 +4,7 @@
     pipeline       the Spark pipeline: catalog, ingest, operations on tables, CTAS
     processors     worker loops, task behaviors, distributed operations
     monitor        the activity monitor, the status server
-    jobs (facade)  the job layer's API: ``jobs`` itself, ``jobs.api``, ``jobs.aio``
+    jobs (facade)  the job layer's API: ``jobs`` itself and ``jobs.aio``
     jobs.observe   following jobs, the workers registry, the store's status
     jobs.upkeep    cron ticks enqueued, pruning, repair
     jobs.queue     a job's row through its states: add, accept, finish, read
@@ -23,9 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["jobs.engine", "jobs", "jobs.indexes", "jobs.controls", "jobs.queue", "jobs.upkeep", "jobs.observe",
-          "jobs.api", "jobs.aio", "monitor", "processors", "pipeline", "jobsctl"]  # bottom up
-# the package ``jobs`` is the facade: it re-exports the API, so it sits with ``jobs.api``
-FACADE = {"jobs": "jobs.api"}
+          "jobs (facade)", "jobs.aio", "monitor", "processors", "pipeline", "jobsctl"]  # bottom up
+# the package ``jobs`` is the facade: it gathers the API from the parts, so it sits above them
+FACADE = {"jobs": "jobs (facade)"}
 
 
 def _module_name(path: Path) -> str:

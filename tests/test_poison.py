@@ -20,7 +20,7 @@ import processors
 from jobs.queue import activity
 from jobs.observe import status
 from jobs.queue.accepting import this_worker
-from jobs.api import get_run_info
+from jobs import get_run_info
 from jobsctl.cli import main as cli_main
 from jobs.codec import Lost, Row, encode_row
 from jobs.engine import tuple as fdb_tuple

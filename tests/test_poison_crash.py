@@ -19,7 +19,7 @@ import pytest
 
 import jobs
 from jobs.observe import status
-from jobs.api import get_run_info
+from jobs import get_run_info
 from processors.behaviors import TASK_KEY
 from processors.operations import Operation, Operations
 from waiting import DEADLINE, wait_until
