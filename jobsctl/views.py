@@ -62,7 +62,7 @@ def short(data: dict, width: int = 60) -> str:
 def ago(a: status_mod.Activity | None) -> str:
     if a is None:
         return "-"
-    return f"{a.behind} commits ago" if a.age is None else f"~{duration(a.age)} ago"
+    return f"~{duration(a.age)} ago"
 
 
 def human_job(doc: dict) -> str:

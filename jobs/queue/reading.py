@@ -13,7 +13,7 @@ from ..calls import not_found, within_store
 from ..codec import Row, decode_data, lock_time
 from ..engine import value_of
 from ..job import JobInfo, JobTimes, RunInfo
-from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from ..stamps import FDB_VERSIONS_PER_SECOND
 
 
 def _row_or_not_found(tr, type: str, job_id: str) -> Row:
@@ -75,8 +75,7 @@ def get_times(tr, type: str, job_id: str) -> JobTimes:
             enqueued = _enqueued(tr, type, job_id, row)
         elif row.state == "running" and row.seq is not None:
             version = int.from_bytes(row.seq.tr_version[:8], "big")
-            if versions_are_time(getattr(tr, "db", tr))(version):
-                last = time.time() - (tr.get_read_version().wait() - version) / FDB_VERSIONS_PER_SECOND
+            last = time.time() - (tr.get_read_version().wait() - version) / FDB_VERSIONS_PER_SECOND
         entry = finished_index.entry_of(tr, type, job_id) if row.state == "finished" else None
         started = lock_time(row.lock if row.state == "running" else row.last_lock, f"the lock of job {type}/{job_id}")
         return JobTimes(enqueued, None if row.state == "pending" else started, last,
