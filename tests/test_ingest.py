@@ -27,6 +27,7 @@ from pipeline.errors import (
     DatabaseNotPublished,
     DatabasePublished,
     IngestError,
+    IngestStoreError,
     InvalidChunk,
     LoadFailed,
     LoadFileError,
@@ -227,6 +228,15 @@ def test_hints_and_new_placements_count_live_workers_only(sky, monkeypatch):
     now[0] += 15  # w2 expired, w4 renewed 15 s ago
     assert ingest.forget_expired_workers(db) == ["w1", "w2", "w3"]  # expired records do not pile up
     assert [w.name for w in ingest.list_workers(db)] == ["w4"] and ingest.forget_expired_workers(db) == []
+
+
+def test_a_worker_record_without_its_heartbeat_is_corrupt(sky):
+    from pipeline.ingest import layout
+    from pipeline.ingest.records import encode
+
+    sky[layout.worker_key("w1")] = encode({"threads": 4, "since": 1.0})
+    with pytest.raises(IngestStoreError, match="ingest worker record 'w1' is corrupt"):
+        ingest.list_workers(sky)
 
 
 def test_a_serving_processor_renews_its_registration_and_drops_it_when_it_stops(sky):
