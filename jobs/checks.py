@@ -27,8 +27,9 @@ class ArgumentTypeError(TypeError, ValueError):
 def name(value, what: str, *, new: bool = False) -> str:
     """A job type or id: a non-empty str that encodes as UTF-8 (no lone surrogates).
     ``new``: a name being written, which must not contain control characters either (every
-    text view shows it); names only looked up may, so that a job that an older release
-    stored with one can still be shown and removed."""
+    text view shows it); names only looked up may, so that whatever the store holds
+    (another program may have written it) can be read, shown and removed, and the readers
+    that pass stored names back to these calls (the status gather) never trip on one."""
     if not isinstance(value, str):
         raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:

@@ -9,7 +9,7 @@ couch_jobs' five fields plus four:
 * ``Lock``: 16 bytes drawn by the ``accept`` that holds the job, else None: when it was
   drawn (the accepting machine's clock, in microseconds, 8 bytes big-endian), a marker
   byte and 7 random bytes (:func:`new_lock`), so that a job's start shows without a field
-  of its own; locks of earlier releases are 16 random bytes (no time: :func:`lock_time`).
+  of its own (:func:`lock_time`).
 * ``STime``: scheduled time, float seconds since the epoch (0: as soon as possible).
 * ``Resubmit``: run the job again when it finishes.
 * ``Data``: the job's JSON object, encoded with orjson.
@@ -373,7 +373,6 @@ def read_json(tr, key: bytes, default=None):
 
 
 _LOCK_MARK = b"\x5a"
-_EPOCH_2020_US = 1_577_836_800_000_000
 
 
 def new_lock() -> bytes:
@@ -382,12 +381,12 @@ def new_lock() -> bytes:
     return (time.time_ns() // 1000).to_bytes(8, "big") + _LOCK_MARK + os.urandom(7)
 
 
-def lock_time(lock: bytes | None) -> float | None:
+def lock_time(lock: bytes | None, where: str = "a job's lock") -> float | None:
     """When the accept that drew ``lock`` drew it (seconds since the epoch), or None: no
-    lock, or a random one of an earlier release (rarely mistaken: its marker byte and a time
-    after 2020 and before tomorrow would both have to match by chance)."""
-    if lock is None or len(lock) != 16 or lock[8:9] != _LOCK_MARK:
+    lock.  StoreError naming ``where`` for a lock :func:`new_lock` did not make."""
+    if lock is None:
         return None
-    us = int.from_bytes(lock[:8], "big")
-    return us / 1e6 if _EPOCH_2020_US <= us <= (time.time() + 86_400) * 1e6 else None
+    if not isinstance(lock, bytes) or len(lock) != 16 or lock[8:9] != _LOCK_MARK:
+        raise StoreError(f"{where} is corrupt: {lock!r:.60}")
+    return int.from_bytes(lock[:8], "big") / 1e6
 

@@ -9,10 +9,6 @@ few test-suite runs.  So the process holding a file's lock may remove the file
 it locked is still the one at its path (:func:`current`), else takes the path's new
 file: a lock on a removed file excludes no one.  Files left by processes that died are
 removed by :func:`sweep`, now and then (:func:`directory`), once they are old and free.
-
-A process of an earlier release, which did not check, may hold a removed file's
-lock while one of this release takes the path's new file: both hold a slot or a turn,
-which costs conflicts or wake-ups, never a job (neither decides who gets one).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from jobs.observe import status as status_mod
 from monitor.dashboard import held_text
 
 def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name an older
-    release stored with one must not break a line or a column."""
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a failure reason, or a
+    name another program stored, must not break a line or a column."""
     return checks.CONTROL_CHARACTERS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
@@ -41,7 +41,7 @@ def when(t: float, now: float) -> str:
         return "asap"
     try:
         stamp = datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
-    except (OverflowError, OSError, ValueError):  # stored by an older release: jobs.add refuses it
+    except (OverflowError, OSError, ValueError):  # (stored by another program: jobs.add refuses it)
         return f"{t:.15g} (seconds since the epoch, not a date)"
     return f"{stamp} (in {duration(t - now)})" if t > now else f"{stamp} ({duration(now - t)} ago)"
 
@@ -62,7 +62,7 @@ def short(data: dict, width: int = 60) -> str:
 def ago(a: status_mod.Activity | None) -> str:
     if a is None:
         return "-"
-    return f"{a.behind} commits ago" if a.age is None else f"~{duration(a.age)} ago"
+    return f"~{duration(a.age)} ago"
 
 
 def human_job(doc: dict) -> str:

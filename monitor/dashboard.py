@@ -51,7 +51,7 @@ const hour = h => h.started + " / " + h.finished + " / " + h.failed + (h.retried
 const wait = s => s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(1) + " s";
 const waits = h => h.wait_p50 === null ? "-" : wait(h.wait_p50) + " / " + wait(h.wait_p99);
 const when = t => new Date(t * 1000).toISOString().slice(0, 19).replace("T", " ") + " UTC";
-const ago = a => a === null ? "-" : a.age === null ? a.behind + " commits ago" : "~" + a.age.toFixed(1) + " s ago";
+const ago = a => a === null ? "-" : "~" + a.age.toFixed(1) + " s ago";
 const heldText = w => {  // (as _held: the jobs held, and how many are over their time limit)
   const over = (w.held_jobs || []).filter(j => j.over_time_limit_since !== null && j.over_time_limit_since !== undefined).length;
   return over ? w.held + " (" + over + " over time limit)" : String(w.held);
@@ -159,7 +159,7 @@ def _seconds(value: float | None) -> str:
 def _ago(a: status.Activity | None) -> str:
     if a is None:
         return "-"
-    return f"{a.behind} commits ago" if a.age is None else f"~{a.age:.1f} s ago"
+    return f"~{a.age:.1f} s ago"
 
 
 def _hour(h) -> str:

@@ -1,8 +1,8 @@
 """What tests need to look at or prepare a store directly: a snapshot of the job layer's
-keys (to show that a refused call wrote nothing), and jobs written as an older release
-wrote them, without today's argument checks (a scheduled time no date can show, names with
-control characters), to show that every view still displays them and that they can be
-removed; the pipeline's trash entries and finished jobs made older, a clock the tests
+keys (to show that a refused call wrote nothing), and jobs written as another program
+could write them, without the API's argument checks (a scheduled time no date can show,
+names with control characters), to show that every view still displays them and that they
+can be removed; the pipeline's trash entries and finished jobs made older, a clock the tests
 control."""
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def snapshot(db) -> list[tuple[bytes, bytes]]:
 
 @jobs.transactional
 def add_unchecked(tr, type: str, job_id: str, scheduled_time: float = 0.0, timeout: float | None = 60.0) -> None:
-    """A new pending job with data ``{}``, written as ``jobs.add`` did before it checked
-    names and times; ``timeout``: the type's timeout, written the same way (None: none)."""
+    """A new pending job with data ``{}``, written as ``jobs.add`` writes one but without its
+    checks of names and times; ``timeout``: the type's timeout, written the same way (None:
+    none)."""
     store_ids.ensure_store(tr)
     if timeout is not None:
         tr.set(keys.timeout_key(type), fdb_tuple.pack((float(timeout),)))

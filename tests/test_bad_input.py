@@ -181,7 +181,7 @@ def test_names_with_control_characters_are_refused_when_written(db, value):
 
 
 def test_a_stored_name_with_control_characters_can_be_shown_and_removed(db):
-    """An older release stored it: lookups take it, so that it can be cleaned up."""
+    """Another program stored it: lookups take it, so that it can be cleaned up."""
     add_unchecked(db, T, "a\nb")
     assert jobs.get_job(db, T, "a\nb").state == "pending"
     assert [i.id for i in jobs.get_jobs(db, T)] == ["a\nb"]

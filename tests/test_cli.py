@@ -524,7 +524,7 @@ def test_add_refuses_ids_with_control_characters(capsys, url, db, job_id):
     assert snapshot(db) == before
 
 
-def test_views_show_whatever_an_older_release_stored(capsys, url, db):
+def test_views_show_whatever_another_program_stored(capsys, url, db):
     """Times no date can show and names with control characters: every view shows them,
     on one line each, and they can be removed."""
     add_unchecked(db, "t", "far", 1e30)

@@ -69,7 +69,7 @@ def fill(db) -> None:
     jobs.update(db, first)
     jobs.add(db, "t", "late", scheduled_time=time.time() - 500)  # after the accepts: they may pick it
     jobs.add(db, "t", "future", scheduled_time=time.time() + 3600)
-    # (jobs.add refuses control characters in names now: as an older release wrote it)
+    # (jobs.add refuses control characters in names: as another program could write it)
     add_unchecked(db, WEIRD, "w", scheduled_time=time.time() + 3600, timeout=5)  # no due job: no oldest-wait sample
     jobs.set_type_timeout(db, "cleared", 5)
     jobs.add(db, "cleared", "c")
@@ -255,8 +255,8 @@ def test_dashboard_escapes_a_running_id(store):
     assert html.escape(SCRIPT_ID) in page and SCRIPT_ID not in page
 
 
-def test_status_shows_whatever_an_older_release_stored(store):
-    """Times no date can show and ids with control characters (jobs.add refuses both now)."""
+def test_status_shows_whatever_another_program_stored(store):
+    """Times no date can show and ids with control characters (jobs.add refuses both)."""
     add_unchecked(store, "t", "far", 1e30)
     add_unchecked(store, "t", "y10k", 253402300800.0)
     add_unchecked(store, "t", "a\nb\x1b[31m")

@@ -27,6 +27,7 @@ from pipeline.errors import (
     DatabaseNotPublished,
     DatabasePublished,
     IngestError,
+    IngestStoreError,
     InvalidChunk,
     LoadFailed,
     LoadFileError,
@@ -229,6 +230,15 @@ def test_hints_and_new_placements_count_live_workers_only(sky, monkeypatch):
     assert [w.name for w in ingest.list_workers(db)] == ["w4"] and ingest.forget_expired_workers(db) == []
 
 
+def test_a_worker_record_without_its_heartbeat_is_corrupt(sky):
+    from pipeline.ingest import layout
+    from pipeline.ingest.records import encode
+
+    sky[layout.worker_key("w1")] = encode({"threads": 4, "since": 1.0})
+    with pytest.raises(IngestStoreError, match="ingest worker record 'w1' is corrupt"):
+        ingest.list_workers(sky)
+
+
 def test_a_serving_processor_renews_its_registration_and_drops_it_when_it_stops(sky):
     db = sky
     p = Processor(db)
@@ -427,12 +437,12 @@ def test_publish_and_begin_forced_to_interleave_serialise(sky):
 
 
 def test_a_published_database_takes_no_more_data(sky, tmp_path, commit_version):
-    """A STARTED transaction of a published database (a store written before publishing
-    checked the catalog's writers): no load, placement or normal end; an abort only."""
+    """A STARTED transaction of a published database (its writer record closed by hand):
+    no load, placement or normal end; an abort only."""
     db = sky
     txn = ingest.begin_transaction(db, "sky")
     queued = ingest.load_chunk(db, txn.id, "obj", 1, write(tmp_path, "a.csv", obj_rows([1], 1)))
-    pipeline.close_writer(db, "sky", f"ingest-{txn.id}")  # as such a store has no writer record
+    pipeline.close_writer(db, "sky", f"ingest-{txn.id}")  # (by hand: the database may then be published)
     pipeline.publish_database(db, "sky")
     ingest.register_worker(db, "w1")
     late = write(tmp_path, "b.csv", obj_rows([2], 1))

@@ -10,8 +10,10 @@ import uuid
 import pytest
 
 import jobs
-from jobs import get_times
-from jobs.codec import lock_time, new_lock
+from jobs import get_times, keys
+from jobs.codec import encode_row, lock_time, new_lock
+from jobs.engine.transactional import run
+from jobs.queue import rows
 
 T = "timed"
 
@@ -59,12 +61,26 @@ def test_a_job_started_when_it_was_taken_not_when_the_accept_began(db):
     assert get_times(db, T, "late").started >= added - 0.001
 
 
-def test_locks_carry_their_time_and_old_random_ones_none():
+def test_locks_carry_their_time():
     now = time.time()
     assert near(lock_time(new_lock()), now) and lock_time(new_lock()) >= now - 0.001
     assert len(new_lock()) == 16 and new_lock() != new_lock()
-    assert lock_time(None) is None and lock_time(bytes(16)) is None
-    assert sum(lock_time(uuid.uuid4().bytes) is not None for _ in range(2000)) == 0
+    assert lock_time(None) is None
+
+
+@pytest.mark.parametrize("lock", [bytes(16), uuid.uuid4().bytes, new_lock()[:15], new_lock() + b"x", "a str lock"])
+def test_a_lock_new_lock_did_not_make_is_corrupt(lock):
+    with pytest.raises(jobs.StoreError, match="a job's lock is corrupt"):
+        lock_time(lock)
+
+
+def test_a_job_whose_lock_is_corrupt_has_no_times_but_a_store_error_naming_it(db):
+    jobs.add(db, T, "j")
+    jobs.accept(db, T, timeout=0)
+    row = run(db, rows.get, T, "j")
+    db[keys.data_key(T, "j")] = encode_row(row._replace(lock=uuid.uuid4().bytes))  # (16 random bytes)
+    with pytest.raises(jobs.StoreError, match=f"the lock of job {T}/j is corrupt"):
+        get_times(db, T, "j")
 
 
 def test_not_found(db):

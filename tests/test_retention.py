@@ -1,8 +1,8 @@
 """Retention: finished jobs (and failed ones, on their own period) are removed once they
 are older than their type's retention, by the monitor's retention duty in bounded batches or
-by ``jobs.prune``; the index they are found by follows every change of a job's state; a
-store written before the index existed is indexed once; and a steady workload keeps the
-store's size flat.  Ages come from the index's finish times, which tests move back
+by ``jobs.prune``; the index they are found by follows every change of a job's state; jobs
+finished while their type had no retention are indexed once; and a steady workload keeps
+the store's size flat.  Ages come from the index's finish times, which tests move back
 (``stored.age_finished``) rather than wait: nothing here asserts how fast."""
 
 from __future__ import annotations
@@ -380,28 +380,14 @@ def test_a_monitor_pass_is_idempotent_under_1021(db):
     assert faulty.injected["unknown_committed"] >= 3  # the backfill's, and two batches of finished jobs
 
 
-# --- stores written before the index existed ------------------------------------------------
+# --- jobs finished while their type had no retention ----------------------------------------
 
 
-def forget_index(db) -> None:
-    """Make the store what a release without the index wrote: the same rows and failed
-    index, no ``finished`` or ``finished_job`` keys."""
-
-    @jobs.transactional
-    def body(tr):
-        for space in (keys.FINISHED, keys.FINISHED_JOB):
-            r = space.range()
-            tr.clear_range(r.start, r.stop)
-
-    body(db)
-
-
-def test_jobs_finished_before_the_index_are_indexed_once_and_pruned(db):
+def test_jobs_finished_without_a_retention_are_indexed_once_and_pruned(db):
     run_jobs(db, [f"ok{i}" for i in range(7)])
     run_jobs(db, ["bad"], failed=True)
     jobs.add(db, T, "pending", {})
-    forget_index(db)
-    assert indexed(db) == {}
+    assert indexed(db) == {"bad": "failed"}  # (failed jobs are always indexed)
     page = jobs.transactional(lambda tr: finished.backfill(tr, T, 3))
     assert page(db) is False  # 9 rows, 3 a page: resumable from the last row looked at
     assert jobs.transactional(lambda tr: finished.backfill_state(tr, T))(db) == (False, "ok1")
@@ -409,17 +395,17 @@ def test_jobs_finished_before_the_index_are_indexed_once_and_pruned(db):
     while not page(faulty):
         pass
     assert indexed(db) == {**{f"ok{i}": "finished" for i in range(7)}, "bad": "failed"}
-    # the failed one kept its failure's time; the others count from the backfill
+    # the failed one has its failure's time; the others count from the backfill
     jobs.set_retention(db, T, finished=3600, failed=0)
     retention_pass.Pruner(db).check()
     assert "bad" not in job_ids(db) and len(job_ids(db)) == 8
     assert jobs.prune(db, T, older_than=0) == [(T, f"ok{i}") for i in range(7)]
 
 
-def test_a_monitor_backfills_an_old_store(db):
-    run_jobs(db, ["old"], failed=True)
-    forget_index(db)
-    jobs.set_retention(db, T, failed=0)
+def test_a_monitor_indexes_the_jobs_finished_before_the_retention_was_set(db):
+    run_jobs(db, ["old"])
+    assert indexed(db) == {}
+    jobs.set_retention(db, T, finished=0)
     pruner = retention_pass.Pruner(db).start()
     try:
         assert wait_until(lambda: job_ids(db) == set())

@@ -29,12 +29,12 @@ class Checkpointer:
 
     Copying does not shorten the log: SQLite writes it from its start again only when a
     write begins with the whole log copied and no reader in it, which busy writers beside a
-    PASSIVE checkpoint never leave, so the log grew to ``SAFETY_PAGES`` (80 MB of 4096-byte
-    pages).  So once it holds ``RESTART_PAGES``, this thread takes the store's write lock (no
-    commit adds pages meanwhile; a committer that finds the lock taken ends its read
-    snapshot before it waits: ``store._WriteLock.acquire``) and runs a RESTART checkpoint,
-    which copies the rest and waits, ``RESTART_WAIT_MS`` at most, for the readers still in
-    the log (snapshots begun since read the store file); the next write starts the log over,
+    PASSIVE checkpoint never leave, so the log grew to ``SAFETY_PAGES``.  So once it holds
+    ``RESTART_PAGES``, this thread takes the store's write lock (no commit adds pages
+    meanwhile; a committer that finds the lock taken ends its read snapshot before it
+    waits: ``store._WriteLock.acquire``) and runs a RESTART checkpoint, which copies the
+    rest and waits, ``RESTART_WAIT_MS`` at most, for the readers still in the log
+    (snapshots begun since read the store file); the next write starts the log over,
     and cuts its file to ``RESTART_PAGES`` (:meth:`log_limit_bytes`,
     ``journal_size_limit``).  A restart that found a reader staying longer is tried again
     ``RESTART_BACKOFF`` seconds later at the earliest, twice as long after each one given up
@@ -45,8 +45,8 @@ class Checkpointer:
     logger): such a reader is a bug of its program, and the log grows while it stays."""
 
     EVERY = 1000
-    SAFETY_PAGES = 20_000  # ~40 MB of log (80 MB in a store of 4096-byte pages)
-    RESTART_PAGES = 4_000  # ~8 MB of log (16 MB)
+    SAFETY_PAGES = 20_000  # ~40 MB of log
+    RESTART_PAGES = 4_000  # ~8 MB of log
     RESTART_WAIT_MS = 20
     WARN_AFTER = 3  # restarts given up in a row before a warning (and every so many after)
     RESTART_POLL = 0.0001  # seconds between a restart's looks for readers left in the log

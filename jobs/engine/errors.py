@@ -93,7 +93,7 @@ class StoreOpenError(ValueError):
 
 
 class StoreFileError(Exception):
-    """The embedded store's file cannot be used (missing directory, not a store, newer
+    """The embedded store's file cannot be used (missing directory, not a store, another
     format); ``jobs.open`` turns it into ``StoreOpenError`` naming the URL."""
 
 

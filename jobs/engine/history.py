@@ -52,14 +52,13 @@ HISTORY_SECONDS = 10.0  # the ring grows rather than drop a record younger than 
 CEILING_STEP = 1_000_000  # versions (a second) the durable ceiling is set ahead
 
 # header fields, 8 bytes each, at 8 * index
-_F = struct.Struct("<12Q")
+_F = struct.Struct("<14Q")
 (_MAGIC, _LAYOUT, _ID, _BOOT, _CURRENT, _CEILING, _PRUNED, _TAIL, _HEAD, _PENDING,
- _CAPACITY, _GROWING) = range(12)
-_BLIND = 12  # (after _F: unknown to older layouts' code, which leaves it alone) the last
-# version whose commit wrote keys outside its recorded ranges (writes made with
-# next_write_no_write_conflict_range): a watch cannot learn its writes from the ring
-_SHOWING = 13  # (the same) the pending version whose SQLite commit has begun: from then on
-# a snapshot may hold it (see ``unseen_since``); 0 while the committer still writes
+ _CAPACITY, _GROWING, _BLIND, _SHOWING) = range(14)
+# _BLIND: the last version whose commit wrote keys outside its recorded ranges (writes made
+# with next_write_no_write_conflict_range): a watch cannot learn its writes from the ring.
+# _SHOWING: the pending version whose SQLite commit has begun: from then on a snapshot may
+# hold it (see ``unseen_since``); 0 while the committer still writes.
 _U64 = struct.Struct("<Q")
 _HEAD_PENDING = struct.Struct("<QQ")  # (adjacent: a record's head and pending in one write)
 _REC = struct.Struct("<IIqd")
@@ -135,13 +134,11 @@ class History:
                 current = max(old[_CURRENT], old[_PENDING], ceiling - CEILING_STEP)
             else:
                 current = ceiling
-            fields = [0] * 12
+            fields = [0] * 14
             fields[_MAGIC], fields[_LAYOUT], fields[_ID], fields[_BOOT] = MAGIC, LAYOUT, history_id, boot
             fields[_CURRENT] = fields[_PRUNED] = current
             fields[_CEILING], fields[_CAPACITY] = ceiling, size - HEADER_SIZE
             _F.pack_into(header, 0, *fields)
-            _U64.pack_into(header, _BLIND << 3, 0)
-            _U64.pack_into(header, _SHOWING << 3, 0)
 
     # --- without the lock --------------------------------------------------------------
 
@@ -169,9 +166,7 @@ class History:
         started since holds exactly the commits up to ``version`` all the same.  In SQLite's
         write-ahead log a transaction's writes show only once its commit is written, which
         a committer marks (``showing``) before it begins; the mark is read first, so a
-        commit that became visible meanwhile is seen, marked or settled.  An older
-        release's committer does not mark: a snapshot that then holds its commit counts
-        it as a conflict, safe as before (``reads._begin_snapshot``)."""
+        commit that became visible meanwhile is seen, marked or settled."""
         header = self._header
         return (_U64.unpack_from(header, _SHOWING << 3)[0] == 0
                 and _U64.unpack_from(header, _CURRENT << 3)[0] == version)

@@ -22,7 +22,6 @@ import time
 PREFIX = "jobs-memory-"
 OWNER = "owner"  # the file whose lock the store's processes hold
 YOUNG = 60.0  # seconds: a directory this new may not have its owner's lock yet
-UNOWNED_AGE = 86400.0  # seconds unchanged before a directory without an owner file goes
 SWEEP_EVERY = 600.0  # seconds between one process's sweeps
 
 _swept = [float("-inf")]  # when this process last swept (monotonic)
@@ -64,8 +63,8 @@ def remove(path: str, fd: int | None) -> None:
 
 def sweep(where: str | None = None) -> int:
     """Remove the memory stores' directories in ``where`` (:func:`base`) whose owners all
-    ended without closing them, and those without an owner file (an earlier release's)
-    unchanged for ``UNOWNED_AGE``; how many were removed."""
+    ended without closing them; how many were removed.  A directory without an owner file
+    is left alone: nothing tells whether a process still uses it."""
     where = base() if where is None else where
     removed, now = 0, time.time()
     try:
@@ -77,12 +76,7 @@ def sweep(where: str | None = None) -> int:
             if not entry.is_dir(follow_symlinks=False) or now - entry.stat(follow_symlinks=False).st_mtime < YOUNG:
                 continue
             fd = os.open(os.path.join(entry.path, OWNER), os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if _unchanged_for(entry.path, now) > UNOWNED_AGE:
-                shutil.rmtree(entry.path, ignore_errors=True)
-                removed += 1
-            continue
-        except OSError:  # (another user's, or gone meanwhile)
+        except OSError:  # (another user's, without an owner file, or gone meanwhile)
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,17 +86,6 @@ def sweep(where: str | None = None) -> int:
         remove(entry.path, fd)
         removed += 1
     return removed
-
-
-def _unchanged_for(path: str, now: float) -> float:
-    """Seconds since ``path`` or a file in it last changed (0 if it cannot be read)."""
-    try:
-        newest = os.stat(path).st_mtime
-        for entry in os.scandir(path):
-            newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
-    except OSError:
-        return 0.0
-    return now - newest
 
 
 def _sweep_now_and_then(where: str) -> None:

@@ -48,20 +48,17 @@ def _bind_bytes_directly() -> None:
 _bind_bytes_directly()
 
 FORMAT_NAME = "fdb-jobs-embedded"
-# Format 2: the commit counter and history live in ``<store>-hist`` (``history.py``);
-# ``state.version`` is the counter's durable ceiling.  Format 1 kept them in the store
-# (``state.version`` the counter, table ``commits`` the history): such a store is
-# upgraded when opened, and its table ``commits`` dropped, so that a process of a
-# format-1 release still running fails its next commit instead of missing conflicts.
+# The file's format: tables ``kv``, ``meta`` (the format, its version, the history's id)
+# and ``state`` (``version``: the durable ceiling of the commit counter, which lives with
+# the commit history in ``<store>-hist``, ``history.py``).  A file of any other version is
+# refused when opened.
 FORMAT_VERSION = 2
 
-# The page size of a store made by this release (one made earlier keeps its own: SQLite
-# fixes it when the file is made).  A commit writes, and checksums into the write-ahead
-# log, every page it changed, and a transaction that begins after another process's commit
-# reads again every page it needs; a job's rows are a few hundred bytes, so half of
-# SQLite's default 4096 moves half the bytes for the same rows (each size alternating,
-# commit 6f09275: one-write commits of ``bench.bench_engine`` about 11% faster, on plain
-# SQLite as on the engine; four ``prefetch=1`` workers sharing a store 5-13% faster).
+# The page size of a new store (SQLite fixes it when the file is made).  A commit writes,
+# and checksums into the write-ahead log, every page it changed, and a transaction that
+# begins after another process's commit reads again every page it needs; a job's rows are
+# a few hundred bytes, so half of SQLite's default 4096 moves half the bytes for the same
+# rows.
 PAGE_BYTES = 2048
 
 _SCHEMA = """
@@ -210,8 +207,7 @@ class EmbeddedDatabase(DatabaseShortcuts):
 
     def _prepare(self, conn) -> tuple[int, int]:
         """(Under the write lock.)  Make a new store's tables and format, or check an
-        existing store's (upgrading format 1); returns its history id and the durable
-        ceiling of its versions."""
+        existing store's; returns its history id and the durable ceiling of its versions."""
         conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # (before the WAL mode makes the file)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.executescript(_SCHEMA)
@@ -221,15 +217,11 @@ class EmbeddedDatabase(DatabaseShortcuts):
             if not meta:
                 if conn.execute("SELECT 1 FROM kv LIMIT 1").fetchone():
                     raise StoreFileError(f"{self.path!r} holds data but no store format")
-                meta = {"format": FORMAT_NAME, "format_version": 1}  # (upgraded just below)
+                meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                        "history_id": int.from_bytes(os.urandom(8), "little") >> 1}
                 conn.executemany("INSERT INTO meta (name, value) VALUES (?, ?)", meta.items())
                 conn.execute("INSERT INTO state (id, version, pruned) VALUES (0, 0, 0)")
             self._check_format(meta)
-            if int(meta["format_version"]) < FORMAT_VERSION:
-                conn.execute("DROP TABLE IF EXISTS commits")  # (see FORMAT_VERSION)
-                meta["history_id"] = int.from_bytes(os.urandom(8), "little") >> 1
-                conn.executemany("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                                 [("format_version", FORMAT_VERSION), ("history_id", meta["history_id"])])
             ceiling = conn.execute("SELECT version FROM state").fetchone()[0]
             conn.execute("COMMIT")
         except BaseException:
@@ -241,10 +233,16 @@ class EmbeddedDatabase(DatabaseShortcuts):
     def _check_format(self, meta: dict) -> None:
         if meta.get("format") != FORMAT_NAME:
             raise StoreFileError(f"{self.path!r} is an SQLite file but not a job store")
-        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        version = int(meta.get("format_version", 0))
+        if version > FORMAT_VERSION:
             raise StoreFileError(
                 f"{self.path!r} was written by a newer release (format "
                 f"{meta['format_version']} > {FORMAT_VERSION}); upgrade this package"
+            )
+        if version < FORMAT_VERSION:
+            raise StoreFileError(
+                f"{self.path!r} has store format {version}, which no release opens (this one's is "
+                f"{FORMAT_VERSION}); point the store URL at another file or remove this one"
             )
 
     def _refuse_foreign(self, conn) -> None:
@@ -253,7 +251,7 @@ class EmbeddedDatabase(DatabaseShortcuts):
         or one with only a store's tables, is a new or half-created store.)"""
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                   if not name.startswith("sqlite_")}  # (SQLite's own: statistics, sequences)
-        foreign = sorted(tables - {"kv", "meta", "state", "commits"})
+        foreign = sorted(tables - {"kv", "meta", "state"})
         if not foreign and "meta" in tables:
             fmt = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
             foreign = [] if fmt is None or fmt[0] == FORMAT_NAME else [f"meta (format {fmt[0]!r:.40})"]

@@ -73,7 +73,8 @@ def wake(tr, type: str) -> None:
 
 
 def queued_at(value: bytes) -> float | None:
-    """When a pending entry was enqueued (None: written by a release that kept no time)."""
+    """When a pending entry was enqueued (None for a value of another size, which only
+    another program writes: the time is for people, and no accept fails for want of it)."""
     return _QUEUED_AT.unpack(value)[0] if len(value) == _QUEUED_AT.size else None
 
 

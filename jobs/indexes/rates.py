@@ -17,17 +17,11 @@ a transaction finishes are counted in the first key it adds to for their type, s
 processor's accept, which carries the last job's finish, adds to one key, not two (every
 add is one more write: an UPSERT in the embedded engine).  The four counters are added
 at once, as one 32-byte little-endian integer: each only grows, and stays far below 2**64,
-so that no carry crosses into the next.  (An earlier release added 24 bytes, three
-counters, its retried runs counted as finished: a key it added to is read as well, and an
-add of 24 bytes cuts a longer value to its length, losing only that minute's retried.)  Every count is an atomic add, which never
+so that no carry crosses into the next.  Every count is an atomic add, which never
 conflicts, in one shard per transaction (``counts.shard``) so that no one key takes every
 worker's writes.  A read sums the last hour: at most 60 minutes x (1 + the buckets in use)
 x ``counts.SHARDS`` small keys.  Minutes older than ``KEEP`` are cleared by the counters'
 upkeep (:func:`prune`, ``monitor/counters.py``).
-
-Earlier versions wrote one 8-byte counter a key, ``Kind`` in place of ``Bucket``:
-``"finished"``, ``"failed"`` or ``("wait", Bucket)``; :func:`read` sums those too, for the
-hour they are kept.
 """
 
 from __future__ import annotations
@@ -113,7 +107,8 @@ def write(tr, shard: int, rated: dict) -> None:
 
 
 def read(tr, type: str, now: float) -> Rates:
-    """The last hour of ``type`` (a snapshot read)."""
+    """The last hour of ``type`` (a snapshot read; keys of another shape than :func:`write`'s
+    are passed over)."""
     begin = keys.RATES.pack((type, int((now - KEEP) // 60) + 1))
     end = strinc(keys.RATES.pack((type,)))
     waits: dict[int, int] = {}
@@ -121,18 +116,13 @@ def read(tr, type: str, now: float) -> Rates:
     lane = (1 << _LANE) - 1
     for key, value in tr.snapshot.get_range(begin, end):
         _type, minute, kind, _shard = keys.RATES.unpack(key)
-        n = int.from_bytes(value, "little")
-        counts = per_minute.setdefault(minute, [0, 0, 0, 0])
-        if kind is None or isinstance(kind, int):  # (started, finished, failed, retried)
+        if kind is None or isinstance(kind, int):  # (a wait bucket, or None)
+            n = int.from_bytes(value, "little")
+            counts = per_minute.setdefault(minute, [0, 0, 0, 0])  # (started, finished, failed, retried)
             if kind is not None:
                 waits[kind] = waits.get(kind, 0) + (n & lane)
             for i in range(_LANES):
                 counts[i] += n >> i * _LANE & lane
-        elif isinstance(kind, tuple):  # an earlier version's ("wait", bucket)
-            waits[kind[1]] = waits.get(kind[1], 0) + n
-            counts[0] += n
-        elif kind in ("finished", "failed"):  # an earlier version's
-            counts[1 if kind == "finished" else 2] += n
     minutes = tuple((m * 60.0, *c) for m, c in sorted(per_minute.items()))
     return Rates(sum(m[2] for m in minutes), sum(m[3] for m in minutes), _quantile(waits, 0.5),
                  _quantile(waits, 0.99), sum(waits.values()), minutes, sum(m[4] for m in minutes))

@@ -26,9 +26,7 @@ every job row (see ``keys.py`` for the layout):
   that, only the versionstamp of each job's last update (its activity key) and of each
   type's last change (``watches_activity``).  ``behind`` is how far that stamp's commit
   version is behind the read version.  On both engines versions advance at about one
-  million per second, so ``behind`` converts to an approximate age in seconds; a stamp
-  written by an embedded engine of an earlier release, whose versions counted commits,
-  has no age (None) and ``behind`` is then a number of commits.
+  million per second, so ``behind`` converts to an approximate age in seconds.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ from ..indexes.rates import Rates
 from . import status_ranges as ranges_mod, workers as workers_mod
 from ..queue import activity, finished as finished_index
 from ..queue.reading import job_types
-from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from ..stamps import FDB_VERSIONS_PER_SECOND
 from ..upkeep import schedules as schedules_mod
 
 
@@ -55,11 +53,11 @@ from ..upkeep import schedules as schedules_mod
 @dataclass(frozen=True)
 class Activity:
     """A versionstamped event: commit ``version``, ``behind`` the read version by that
-    much, ``age`` in seconds when the engine's versions measure time (else None)."""
+    much, about ``age`` seconds ago."""
 
     version: int
     behind: int
-    age: float | None
+    age: float
 
 
 @dataclass(frozen=True)
@@ -133,7 +131,7 @@ class TypeStatus:
 @dataclass(frozen=True)
 class Status:
     now: float
-    versions: str  # what ``behind`` counts: "versions" (an embedded store of an earlier release said "commits")
+    versions: str  # what ``behind`` counts: "versions"
     types: list[TypeStatus]
     schedules: list[schedules_mod.Schedule] = field(default_factory=list)  # cron schedules, by type
     workers: list[workers_mod.Worker] = field(default_factory=list)  # live workers, by types
@@ -148,9 +146,8 @@ def gather(db, limit: int = 10, now: float | None = None, exact: bool = False) -
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"limit must be an int >= 0, not {limit!r}")
     now = time.time() if now is None else now
-    timed = versions_are_time(db)
     names, paused = run(db, lambda tr: (job_types(tr), pausing.paused_types(tr)))
-    types = [replace(_type_status(db, t, now, limit, timed, exact), paused=t in paused, paused_since=paused.get(t))
+    types = [replace(_type_status(db, t, now, limit, exact), paused=t in paused, paused_since=paused.get(t))
              for t in names]
     return Status(now, "versions", types, schedules_mod.get_schedules(db), workers_mod.live_workers(db, now))
 
@@ -217,7 +214,7 @@ def _numbers(look: _Look, counted: dict, collected: ranges_mod.Collected) -> dic
         recent_failures=[Failure(*f) for f in collected.recent_failures()])
 
 
-def _type_status(db, type: str, now: float, limit: int, timed, exact: bool = False) -> TypeStatus:
+def _type_status(db, type: str, now: float, limit: int, exact: bool = False) -> TypeStatus:
     collected = ranges_mod.Collected(limit, now)
     look = run(db, _first_look, type, now, limit, exact, collected)
     counted = ranges_mod.count(db, look.ranges, look.pages, collected)
@@ -225,7 +222,7 @@ def _type_status(db, type: str, now: float, limit: int, timed, exact: bool = Fal
     def stamped(stamp: bytes) -> Activity:
         version = int.from_bytes(stamp[:8], "big")
         behind = look.version - version
-        return Activity(version, behind, behind / FDB_VERSIONS_PER_SECOND if timed(version) else None)
+        return Activity(version, behind, behind / FDB_VERSIONS_PER_SECOND)
 
     return TypeStatus(
         type=type,

@@ -194,7 +194,7 @@ def _clear(tr, stale: list[Worker]) -> list[str]:
 
 def _write(tr, w: Worker) -> None:
     held_jobs = tuple((j.type, j.id) for j in w.held_jobs)
-    over = tuple(j.over_time_limit_since for j in w.held_jobs)  # (a field of its own: older readers skip it)
+    over = tuple(j.over_time_limit_since for j in w.held_jobs)
     tr.set(keys.worker_key(w.id), fdb_tuple.pack(
         (w.host, w.pid, w.types, w.concurrency, w.started, w.heartbeat, w.stale_after, w.held, held_jobs, over)))
 
@@ -204,9 +204,7 @@ def decode(worker_id: str, raw: bytes) -> Worker:
     StoreError naming the worker if it is corrupt."""
     try:
         fields = fdb_tuple.unpack(raw)
-        host, pid, types, lanes, started, beat, stale, held, held_jobs = fields[:9]
-        over = fields[9] if len(fields) > 9 else ()  # (a record of an earlier release has none)
-        over = tuple(over) + (None,) * (len(held_jobs) - len(over))
+        host, pid, types, lanes, started, beat, stale, held, held_jobs, over = fields[:10]
         return Worker(worker_id, host, int(pid), tuple(types), int(lanes), float(started), float(beat),
                       float(stale), int(held), tuple(HeldJob(t, i, s) for (t, i), s in zip(held_jobs, over)))
     except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing

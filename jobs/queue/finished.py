@@ -3,8 +3,9 @@
 = (Kind, At)`` pointing at each job's entry.
 
 ``finish`` indexes the job in its own transaction (``Kind`` ``"failed"`` or ``"finished"``)
-when its type has a retention (:func:`retained`: other types pay no index writes; setting a
-retention later starts the backfill over, which indexes the jobs finished meanwhile);
+when it failed or its type has a retention (:func:`retained`: other types' successes pay no
+index writes; setting a retention later starts the backfill over, which indexes the jobs
+finished meanwhile);
 whatever next changes its run (a re-add, a resubmit, a retry) or removes it clears both
 keys (:func:`leave`), so retention finds the oldest finished jobs of a type with one range
 read, however many there are, and never decodes a row to do it.
@@ -93,7 +94,7 @@ def due_span(tr, type: str, kind: str, up_to: float) -> tuple[float, float] | No
     return None if not ends[0] else tuple(keys.unpack_finished(found[0].key)[2] for found in ends)
 
 
-# --- jobs finished before the index existed ----------------------------------------------
+# --- jobs finished while their type had no retention -------------------------------------
 
 
 def backfill_state(tr, type: str) -> tuple[bool, str | None]:
@@ -103,14 +104,14 @@ def backfill_state(tr, type: str) -> tuple[bool, str | None]:
 
 
 def backfill(tr, type: str, limit: int, unreadable: list | None = None) -> bool:
-    """Index up to ``limit`` more rows' worth of the type's finished jobs that have no entry
-    (written before the index existed), from where the last call stopped; returns True once
-    every row was looked at.  A failed job keeps the time its failure was indexed; others
-    get now, so they are kept at least one retention period from now.  Resumable and
-    idempotent (the position is written in the same transaction; a job with an entry is
-    skipped); the rows are read as a snapshot, with a conflict only on those indexed here.
-    A row that cannot be read is passed over (named in ``unreadable``, if given:
-    ``rows.decode``)."""
+    """Index up to ``limit`` more rows' worth of the type's finished jobs that have no
+    entry, from where the last call stopped; returns True once every row was looked at.
+    Such jobs finished without failing while the type had no retention (failed jobs are
+    always indexed); they are indexed at now, so they are kept at least one retention
+    period from now.  Resumable and idempotent (the position is written in the same
+    transaction; a job with an entry is skipped); the rows are read as a snapshot, with a
+    conflict only on those indexed here.  A row that cannot be read is passed over (named
+    in ``unreadable``, if given: ``rows.decode``)."""
     done, after = backfill_state(tr, type)
     if done:
         return True
@@ -122,12 +123,11 @@ def backfill(tr, type: str, limit: int, unreadable: list | None = None) -> bool:
         job_id = keys.DATA.unpack(key)[1]
         row = rows.decode(bytes(value), type, job_id, [] if unreadable is None else unreadable)
         if row is not rows.UNREADABLE and row.state == "finished":
-            finished.append((key, job_id, entry_future(tr, type, job_id), tr.get(keys.failed_key(type, job_id))))
-    for key, job_id, entry, failure in finished:  # (their reads ran in parallel)
+            finished.append((key, job_id, entry_future(tr, type, job_id)))
+    for key, job_id, entry in finished:  # (their reads ran in parallel)
         if value_of(entry) is None:
             tr.add_read_conflict_key(key)
-            raw = value_of(failure)
-            mark(tr, type, job_id, raw is not None, None if raw is None else failed_index.entry(raw)[0])
+            mark(tr, type, job_id, False)
     done = len(page) < limit
     last = keys.DATA.unpack(page[-1].key)[1] if page else after
     tr.set(keys.retention_backfill_key(type), fdb_tuple.pack((done, last)))

@@ -13,7 +13,7 @@ from ..calls import not_found, within_store
 from ..codec import Row, decode_data, lock_time
 from ..engine import value_of
 from ..job import JobInfo, JobTimes, RunInfo
-from ..stamps import FDB_VERSIONS_PER_SECOND, versions_are_time
+from ..stamps import FDB_VERSIONS_PER_SECOND
 
 
 def _row_or_not_found(tr, type: str, job_id: str) -> Row:
@@ -63,7 +63,8 @@ def get_run_info(tr, type: str, job_id: str) -> RunInfo:
 
 def get_times(tr, type: str, job_id: str) -> JobTimes:
     """When the job was enqueued, started, last active and finished, as far as the store
-    knows (see :class:`JobTimes`), read in one snapshot.  Raises NotFound."""
+    knows (see :class:`JobTimes`), read in one snapshot.  Raises NotFound; StoreError if
+    its lock is not one an accept draws (corrupt)."""
     checks.name(type, "type")
     checks.name(job_id, "job id")
 
@@ -74,10 +75,9 @@ def get_times(tr, type: str, job_id: str) -> JobTimes:
             enqueued = _enqueued(tr, type, job_id, row)
         elif row.state == "running" and row.seq is not None:
             version = int.from_bytes(row.seq.tr_version[:8], "big")
-            if versions_are_time(getattr(tr, "db", tr))(version):
-                last = time.time() - (tr.get_read_version().wait() - version) / FDB_VERSIONS_PER_SECOND
+            last = time.time() - (tr.get_read_version().wait() - version) / FDB_VERSIONS_PER_SECOND
         entry = finished_index.entry_of(tr, type, job_id) if row.state == "finished" else None
-        started = lock_time(row.lock if row.state == "running" else row.last_lock)
+        started = lock_time(row.lock if row.state == "running" else row.last_lock, f"the lock of job {type}/{job_id}")
         return JobTimes(enqueued, None if row.state == "pending" else started, last,
                         None if entry is None else entry[1])
 

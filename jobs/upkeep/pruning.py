@@ -78,7 +78,7 @@ def _indexed(tr, type: str, job_id: str) -> bool:
 
 
 def backfill_all(db, type: str, unreadable: list | None = None) -> None:
-    """Index every job of ``type`` finished before the index existed (``finished.backfill``),
+    """Index every job of ``type`` finished while it had no retention (``finished.backfill``),
     one page per transaction, until done.  Takes a database."""
     while not run(db, finished_index.backfill, type, BACKFILL_PAGE, unreadable):
         pass
@@ -88,8 +88,8 @@ def prune(db, type: str | None = None, *, older_than: float | None = None, faile
     """Remove, now, the finished jobs (``failed``: the failed ones) of ``type`` (None: every
     type with a retention, or every type with finished jobs when ``older_than`` is given)
     that finished more than ``older_than`` seconds ago (None: the type's retention; types
-    that keep them forever are skipped).  Jobs finished before the index existed are
-    indexed first (as ``finished.backfill``: only failed ones can be old enough then).
+    that keep them forever are skipped).  Jobs finished while the type had no retention
+    are indexed first, at now (``finished.backfill``: they go one period later).
     Returns ``(type, id)`` of the jobs removed.  Takes a database: :data:`BATCH` jobs per
     transaction.  ValueError for a bad period or type; StoreError, once every other job
     was removed, naming the jobs whose rows could not be read (left as they are)."""

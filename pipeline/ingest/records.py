@@ -86,10 +86,9 @@ def transaction(rec: dict) -> Transaction:
 
 
 def worker(name: str, rec: dict) -> Worker:
-    """A worker from its record; one an older release wrote (no heartbeat: no ``seen``)
-    has expired."""
+    """A worker from its record."""
     try:
-        return Worker(name, int(rec["threads"]), rec["since"], rec.get("seen", 0.0), rec.get("ttl", 0.0))
+        return Worker(name, int(rec["threads"]), rec["since"], rec["seen"], rec["ttl"])
     except (KeyError, TypeError, ValueError) as exc:
         raise IngestStoreError(f"ingest worker record {name!r} is corrupt: {rec!r:.200}") from exc
 

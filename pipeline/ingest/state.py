@@ -90,9 +90,9 @@ def started(tr, tid: int) -> dict:
 
 def writable(tr, tid: int) -> dict:
     """The record of STARTED transaction ``tid`` whose database is not published: what a
-    load and a normal end need.  (A store written before publishing checked the catalog's
-    writers may hold a STARTED transaction of a published database: it can only be
-    aborted.)"""
+    load and a normal end need.  (A database whose writer record was closed by hand,
+    ``pipeline.close_writer``, may be published while a transaction is STARTED: it can only
+    be aborted.)"""
     rec = started(tr, tid)
     if catalog.get_database(tr, rec["database"]).published:
         raise DatabasePublished(f"super-transaction {tid} cannot write into database {rec['database']!r}: it is "

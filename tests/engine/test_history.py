@@ -204,32 +204,13 @@ def test_the_history_of_a_replaced_store_file_is_not_used(path):
         old.close()
 
 
-def test_a_format_1_store_is_upgraded_and_its_old_history_dropped(path):
+def test_a_store_of_an_older_format_is_refused(path):
+    EmbeddedDatabase(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript("""
-        PRAGMA journal_mode = WAL;
-        CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
-        CREATE TABLE meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
-        CREATE TABLE state (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL,
-                            pruned INTEGER NOT NULL);
-        CREATE TABLE commits (version INTEGER PRIMARY KEY, ts REAL NOT NULL, ranges BLOB NOT NULL);
-        INSERT INTO meta VALUES ('format', 'fdb-jobs-embedded'), ('format_version', 1);
-        INSERT INTO state VALUES (0, 1700000000000000, 0);
-        INSERT INTO kv VALUES (x'6b', x'6f6c64');
-    """)
+    conn.execute("UPDATE meta SET value = 1 WHERE name = 'format_version'")
     conn.close()
-    with EmbeddedDatabase(path) as db:
-        assert read(db, b"k") == b"old"
-        assert db.commit_version() == 1700000000000000
-        assert put(db, b"k", b"new") > 1700000000000000
-    conn = sqlite3.connect(path)
-    try:
-        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "commits" not in tables  # a format-1 process still running fails its next commit
-        meta = dict(conn.execute("SELECT name, value FROM meta"))
-        assert meta["format_version"] == 2 and meta["history_id"]
-    finally:
-        conn.close()
+    with pytest.raises(StoreOpenError, match=r"has store format 1, which no release opens \(this one's is 2\)"):
+        open_database("sqlite:" + path)
 
 
 def test_a_store_of_a_newer_format_is_refused(path):

@@ -172,49 +172,16 @@ def _page_size(path: str) -> int:
         conn.close()
 
 
-def test_a_new_store_has_small_pages_and_an_older_one_keeps_its_own(tmp_path, monkeypatch):
-    """A store is made with PAGE_BYTES pages; one made by an earlier release (SQLite's
-    4096) keeps them, works as before, and its log is cut to RESTART_PAGES of its pages."""
-    new, old = str(tmp_path / "new.sqlite"), str(tmp_path / "old.sqlite")
-    with EmbeddedDatabase(new):
-        pass
-    assert _page_size(new) == store.PAGE_BYTES < 4096
-    monkeypatch.setattr(store, "PAGE_BYTES", 4096)
-    with EmbeddedDatabase(old):
-        pass
-    monkeypatch.undo()
-    with EmbeddedDatabase(old) as db:
-        _commit_pages(db, 50)
+def test_a_new_store_has_small_pages(tmp_path):
+    path = str(tmp_path / "new.sqlite")
+    with EmbeddedDatabase(path) as db:
         conn = db._connect()
         try:
-            assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == Checkpointer.RESTART_PAGES * 4096
+            limit = conn.execute("PRAGMA journal_size_limit").fetchone()[0]
+            assert limit == Checkpointer.log_limit_bytes(store.PAGE_BYTES)
         finally:
             conn.close()
-        assert db.create_transaction().get(b"k49").wait() == PAGE
-    assert _page_size(old) == 4096
-
-
-def test_an_older_store_moves_to_small_pages_by_the_documented_recipe(tmp_path, monkeypatch):
-    """docs/operations/store.md ("Layouts and upgrades"): with no process using it, a store of 4096-byte pages is rewritten
-    with PAGE_BYTES ones by SQLite's VACUUM outside WAL mode, and keeps all it held."""
-    path = str(tmp_path / "old.sqlite")
-    monkeypatch.setattr(store, "PAGE_BYTES", 4096)
-    with EmbeddedDatabase(path) as db:
-        _commit_pages(db, 200)
-        version = db.create_transaction().get_read_version().wait()
-    monkeypatch.undo()
-    conn = sqlite3.connect(path, isolation_level=None)
-    for statement in ("PRAGMA journal_mode = DELETE", f"PRAGMA page_size = {store.PAGE_BYTES}", "VACUUM",
-                      "PRAGMA journal_mode = WAL"):
-        conn.execute(statement)
-    conn.close()
-    assert _page_size(path) == store.PAGE_BYTES
-    with EmbeddedDatabase(path) as db:
-        tr = db.create_transaction()
-        assert tr.get_read_version().wait() >= version
-        assert [tr.get(b"k%d" % i).wait() for i in (0, 199)] == [PAGE] * 2
-        _commit_pages(db, 10, start=200)
-        assert db.create_transaction().get(b"k209").wait() == PAGE
+    assert _page_size(path) == store.PAGE_BYTES < 4096
 
 
 def test_a_restart_that_meets_another_process_checkpoint_is_no_reader_staying(tmp_path, short_log, caplog):

@@ -97,18 +97,13 @@ def test_a_memory_store_is_kept_while_a_child_its_process_forked_lives(where):
     assert _dirs(where) == []
 
 
-def test_a_directory_without_an_owner_file_goes_once_unchanged_for_a_day(where):
-    """An earlier release's memory store (no owner file): no way to tell whether a
-    process still uses it, so only once it has not changed for UNOWNED_AGE."""
-    old = os.path.join(where, memory_dirs.PREFIX + "earlier")
-    os.mkdir(old)
-    with open(os.path.join(old, "store.sqlite"), "wb") as f:
-        f.write(b"x")
-    assert memory_dirs.sweep(where) == 0 and _dirs(where) == [os.path.basename(old)]
-    past = time.time() - memory_dirs.UNOWNED_AGE - 60
-    for path in (old, os.path.join(old, "store.sqlite")):
-        os.utime(path, (past, past))
-    assert memory_dirs.sweep(where) == 1 and _dirs(where) == []
+def test_a_directory_without_an_owner_file_is_left_alone(where):
+    """Nothing tells whether a process uses it, however old it is."""
+    unowned = os.path.join(where, memory_dirs.PREFIX + "unowned")
+    os.mkdir(unowned)
+    past = time.time() - 365 * 86400
+    os.utime(unowned, (past, past))
+    assert memory_dirs.sweep(where) == 0 and _dirs(where) == [os.path.basename(unowned)]
 
 
 def test_a_new_directory_is_not_swept_before_its_owner_locks_it(where, monkeypatch):
