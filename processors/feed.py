@@ -97,8 +97,8 @@ class Acceptor:
 
     Only the idle processor holding its machine's turn watches (``turns.py``); another
     looks once a slice without a watch, and waits for the turn.  A step that takes jobs
-    gives the turn up (or keeps it through jobs run within ``KEEP_TURN``: ``keep_turn``),
-    and so does an attempt that conflicts.
+    gives the turn up (or keeps it through jobs run within ``KEEP_TURN``:
+    ``keep_turn_through``), and so does an attempt that conflicts.
 
     ``look`` (a ``feed_policy.LastLook``) is what the last looks found.  Once the queue
     is drained (the last look took fewer jobs than it asked for), jobs come a few at a
@@ -109,7 +109,7 @@ class Acceptor:
     than in an accept.  A full batch (a backlog) ends it: every processor looks again at
     once.  ``trickle``: the last jobs taken came after a look that found none."""
 
-    def __init__(self, db, types: list[str], stats, before_wait=None, keep_turn=None):
+    def __init__(self, db, types: list[str], stats, before_wait=None):
         self.db = db
         self.types = list(types)
         self.stats = stats
@@ -119,9 +119,10 @@ class Acceptor:
         # outcomes no accept will carry soon, and returns None, or (monotonic) when to be
         # called again, in the same wait, for those it left to share a later commit.
         self.before_wait = before_wait
-        # keep_turn(n): whether ``n`` jobs just taken run so soon that the turn is kept
-        # through them (``Turn.keep``) rather than handed over; None: always handed over.
-        self.keep_turn = keep_turn
+        # The most jobs a step may take and keep the turn through (``Turn.keep``) rather
+        # than hand it over: they run so soon (set by the caller before a step, from its
+        # pace); 0: handed over whenever jobs are taken.
+        self.keep_turn_through = 0
         self.waiting = False
         self.look = LastLook.FULL
         self.trickle = False
@@ -199,11 +200,12 @@ class Acceptor:
 
     def _took(self, type: str, taken: list, limit: int, turn: Turn) -> list:
         """A step took jobs of ``type``: its call is done; the turn is given up (busy:
-        another idle processor watches) unless the jobs run so soon it is kept."""
+        another idle processor watches) unless the jobs run so soon it is kept
+        (``keep_turn_through``)."""
         self.look, self.trickle = feed_policy.took(self.look, len(taken), limit)
         del self._calls[type]
         self._cancel_waits()
-        if not (self.keep_turn is not None and self.keep_turn(len(taken)) and turn.keep(KEEP_TURN)):
+        if not (len(taken) <= self.keep_turn_through and turn.keep(KEEP_TURN)):
             turn.release()
         return taken
 
@@ -294,7 +296,7 @@ class Feed:
                                  keep_turn=KEEP_TURN, late_gaps=LATE_GAPS, row_bytes=ROW_BYTES,
                                  transaction_rows=TRANSACTION_ROWS, error_pause_max=ERROR_PAUSE_MAX)
         self.pace = Pace(PACE_WEIGHT)
-        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait, keep_turn=self._keeps_turn)
+        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait)
         self._hold = hold
         self._in_hand = in_hand
         self._finishes = finishes
@@ -398,9 +400,6 @@ class Feed:
         the next one)."""
         return self.acceptor.waiting
 
-    def _keeps_turn(self, taken: int) -> bool:
-        return self.policy.keeps_turn(taken, self.pace)
-
     def _before_wait(self, watching: bool) -> float | None:
         """(The accepting thread, as it begins to wait for jobs, and at the time this
         returns.)  Commit the outcomes queued: no accept carries them until a job comes;
@@ -452,6 +451,7 @@ class Feed:
         write, lost = self._finishes.writer(carried) if carried else (None, None)
         began = tracing.clock()
         try:
+            self.acceptor.keep_turn_through = self.policy.turn_kept_through(self.pace)
             taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
             self._pause = 0.0
         except Exception as exc:  # noqa: BLE001 - sorted by _step_failed
