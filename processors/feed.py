@@ -138,13 +138,14 @@ class Acceptor:
         self._closed = False
 
     def step(self, slice_seconds: float, limit: int = 1, carry=None) -> list[jobs.Job]:
-        """Up to ``limit`` jobs of one type, or []: then, with ``waits`` set, the caller waits
-        (``wait``: a slice at most, ``slice_seconds``) before the next step.  ``carry(tr)``
-        writes in the first accept transaction (committed whatever it finds; what it raises,
-        e.g. ``finishes.OutcomesNotCarried``, ends the step; a step that wrote it returns
-        without a wait, so that the caller learns it committed)."""
+        """Up to ``limit`` jobs of one type, or [] (if ``waits``, the caller then waits a slice
+        at most: ``wait``).  ``carry(tr)`` writes in the first accept transaction (committed
+        whatever it finds; what it raises, e.g. ``finishes.OutcomesNotCarried``, ends the
+        step; a step that wrote it does not wait, so that the caller learns it committed)."""
+        self._wait_end = None  # (no wait, unless this step ends in one)
         carries = carry is not None
-        turn = self._begin()
+        turn = self._turn or self._make_turn()
+        turn.resume()
         # (attempt now: ``carry`` is written now; or the turn came: look again, watching this time)
         if carries or (self._waits and not self._watching() and turn.take()):
             self._cancel_waits()
@@ -166,13 +167,6 @@ class Acceptor:
             self._wait_on(out)
         self.look = feed_policy.found_none(self.look)
         return [] if carries else self._ends_waiting(turn, slice_seconds)  # (carried: the next step waits)
-
-    def _begin(self) -> Turn:
-        """A step begins: back from the jobs the turn was kept through; no wait pending."""
-        self._wait_end = None
-        turn = self._turn or self._make_turn()
-        turn.resume()
-        return turn
 
     def _watches(self, turn: Turn, carries: bool) -> bool:
         """Whether this step's look watches: it holds the turn.  A step that carries
