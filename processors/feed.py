@@ -42,6 +42,13 @@ carries, when to linger, how long to hold a trickle's outcomes) is made by
 accepting) and ``LastLook`` (what the last looks found), are held here, by ``Feed`` and
 ``Acceptor``, which ask the policy, do the I/O and feed the result back.  The tunables
 below are read as a feed is made.
+
+Calls go one way: the ``Feed`` calls its ``Acceptor``, never the other way.  A step of the
+acceptor that finds no job to take returns where it would begin to wait (``waits``); the
+feed then commits or holds the outcomes queued and waits through ``Acceptor.wait``, until
+the time the policy gave to commit those it held, and again.  Whether the turn is kept
+through the jobs a step takes is a number the feed sets before the step (the policy's
+answer at the pace measured: ``keep_turn_through``).
 """
 
 from __future__ import annotations
@@ -86,19 +93,22 @@ LATE_GAPS = 2.0
 
 class Acceptor:
     """Accepts jobs of any of ``types``: an attempt per type (random order), then one wait
-    on all their pending watches, in steps no longer than a slice so the caller can stop.
-    ``wake`` cuts a wait short (stop).  ``stats`` (a Counter) counts the accepts
-    that took jobs (``accept_batches``), those that took none (``accept_empty``: nothing
-    due, or only outcomes written), the accept attempts retried (``accept_retries``)
-    and, of them, the conflicts (``accept_conflicts``: another worker took a picked job
-    first), the second transactions of accepts that wrote outcomes and found nothing
-    (``accept_rearms``: each set the watch, or took a job that came meanwhile), and the
-    turns to watch this processor held (``watch_turns``).
+    on all their pending watches.  The caller (the feed) calls it, never the other way:
+    ``step`` looks, and a step that takes nothing and would wait returns with ``waits``
+    set; the caller then waits with ``wait`` (a slice at most, so that it can stop; in
+    parts if it asks to be back at a time of its own) before its next step.  ``wake`` cuts
+    a wait short (stop).  ``stats`` (a Counter) counts the accepts that took jobs
+    (``accept_batches``), those that took none (``accept_empty``: nothing due, or only
+    outcomes written), the accept attempts retried (``accept_retries``) and, of them, the
+    conflicts (``accept_conflicts``: another worker took a picked job first), the second
+    transactions of accepts that wrote outcomes and found nothing (``accept_rearms``:
+    each set the watch, or took a job that came meanwhile), and the turns to watch this
+    processor held (``watch_turns``).
 
     Only the idle processor holding its machine's turn watches (``turns.py``); another
     looks once a slice without a watch, and waits for the turn.  A step that takes jobs
-    gives the turn up (or keeps it through jobs run within ``KEEP_TURN``: ``keep_turn``),
-    and so does an attempt that conflicts.
+    gives the turn up (or keeps it through jobs run within ``KEEP_TURN``:
+    ``keep_turn_through``), and so does an attempt that conflicts.
 
     ``look`` (a ``feed_policy.LastLook``) is what the last looks found.  Once the queue
     is drained (the last look took fewer jobs than it asked for), jobs come a few at a
@@ -109,33 +119,30 @@ class Acceptor:
     than in an accept.  A full batch (a backlog) ends it: every processor looks again at
     once.  ``trickle``: the last jobs taken came after a look that found none."""
 
-    def __init__(self, db, types: list[str], stats, before_wait=None, keep_turn=None):
+    def __init__(self, db, types: list[str], stats):
         self.db = db
         self.types = list(types)
         self.stats = stats
         self.wake = threading.Event()
-        # before_wait(watching), called as a step begins to wait for jobs (``waiting`` set
-        # first; ``watching``: this processor's wait is on a watch): the feed commits the
-        # outcomes no accept will carry soon, and returns None, or (monotonic) when to be
-        # called again, in the same wait, for those it left to share a later commit.
-        self.before_wait = before_wait
-        # keep_turn(n): whether ``n`` jobs just taken run so soon that the turn is kept
-        # through them (``Turn.keep``) rather than handed over; None: always handed over.
-        self.keep_turn = keep_turn
-        self.waiting = False
+        # The most jobs a step may take and keep the turn through (``Turn.keep``) rather
+        # than hand it over: they run so soon (set by the caller before a step, from its
+        # pace); 0: handed over whenever jobs are taken.
+        self.keep_turn_through = 0
         self.look = LastLook.FULL
         self.trickle = False
         self._calls: dict[str, AcceptCall] = {}  # a call (and its lock) lives until it returns jobs (1021)
         self._waits: list[Wait] = []
+        self._wait_end: float | None = None  # (monotonic; ``waits``) when the wait a step ended in ends
         self._turn: Turn | None = None  # (made at the first step: it reads the store id)
         self._turns_counted = 0
         self._closed = False
 
     def step(self, slice_seconds: float, limit: int = 1, carry=None) -> list[jobs.Job]:
-        """Up to ``limit`` jobs of one type, or [] after waiting up to a slice.  ``carry(tr)``
-        writes in the first accept transaction (committed whatever it finds; what it raises,
-        e.g. ``finishes.OutcomesNotCarried``, ends the step; a step that wrote it returns
-        without waiting, so that the caller learns it committed)."""
+        """Up to ``limit`` jobs of one type, or [] (if ``waits``, the caller then waits a slice
+        at most: ``wait``).  ``carry(tr)`` writes in the first accept transaction (committed
+        whatever it finds; what it raises, e.g. ``finishes.OutcomesNotCarried``, ends the
+        step; a step that wrote it does not wait, so that the caller learns it committed)."""
+        self._wait_end = None  # (no wait, unless this step ends in one)
         carries = carry is not None
         turn = self._turn or self._make_turn()
         turn.resume()
@@ -143,12 +150,12 @@ class Acceptor:
         if carries or (self._waits and not self._watching() and turn.take()):
             self._cancel_waits()
         if self._waits:
-            return self._wait(turn, slice_seconds)
+            return self._ends_waiting(turn, slice_seconds)
         self.wake.clear()
         watching = self._watches(turn, carries)
         if not feed_policy.looks_now(self.look, carries, watching):
             self.look = feed_policy.in_line(self.look)
-            return self._wait(turn, slice_seconds)
+            return self._ends_waiting(turn, slice_seconds)
         for type in self._in_random_order():
             out = self._attempt(type, limit, carry, watching)
             carry = None
@@ -159,7 +166,7 @@ class Acceptor:
                 return []
             self._wait_on(out)
         self.look = feed_policy.found_none(self.look)
-        return [] if carries else self._wait(turn, slice_seconds)  # (carried: the next step waits)
+        return [] if carries else self._ends_waiting(turn, slice_seconds)  # (carried: the next step waits)
 
     def _watches(self, turn: Turn, carries: bool) -> bool:
         """Whether this step's look watches: it holds the turn.  A step that carries
@@ -199,11 +206,12 @@ class Acceptor:
 
     def _took(self, type: str, taken: list, limit: int, turn: Turn) -> list:
         """A step took jobs of ``type``: its call is done; the turn is given up (busy:
-        another idle processor watches) unless the jobs run so soon it is kept."""
+        another idle processor watches) unless the jobs run so soon it is kept
+        (``keep_turn_through``)."""
         self.look, self.trickle = feed_policy.took(self.look, len(taken), limit)
         del self._calls[type]
         self._cancel_waits()
-        if not (self.keep_turn is not None and self.keep_turn(len(taken)) and turn.keep(KEEP_TURN)):
+        if not (len(taken) <= self.keep_turn_through and turn.keep(KEEP_TURN)):
             turn.release()
         return taken
 
@@ -216,29 +224,41 @@ class Acceptor:
         turn = self._turn or self._make_turn()
         return not turn.take()
 
-    def _wait(self, turn: Turn, slice_seconds: float) -> list:
-        """The end of a step that took nothing: wait a slice at most for a job (watching),
-        or for the turn."""
-        self.waiting = True
-        try:
-            watching = self._watching()
-            again = None if self.before_wait is None else self.before_wait(watching)
-            if not watching:
-                turn.wait(self.wake)  # (in line for the turn: a look again when it comes)
-            due = min((w.due for w in self._waits if w.due is not None), default=math.inf)
-            end = time.monotonic() + min(slice_seconds, max(0.0, due - time.time()))
-            while True:
-                until = end if again is None else min(end, again)
-                woken = self.wake.wait(max(0.0, until - time.monotonic()))
-                if not woken and again is not None and time.monotonic() < end:
-                    again = self.before_wait(watching)  # (the time it asked for: what it held goes)
-                    continue  # (watching on: the watch stays set)
-                break
-            if woken or time.time() >= due or not self._watching():
-                self._cancel_waits()  # something changed (or no watch: look again each slice)
-        finally:
-            self.waiting = False
+    def _ends_waiting(self, turn: Turn, slice_seconds: float) -> list:
+        """The end of a step that took nothing and waits for a job (watching), or for the
+        turn (in line: a look again when it comes): the wait (``wait``) ends a slice from
+        now at most, or as a job falls due."""
+        if not self._watching():
+            turn.wait(self.wake)
+        self._wait_end = time.monotonic() + min(slice_seconds, max(0.0, self._due() - time.time()))
         return []
+
+    @property
+    def waits(self) -> bool:
+        """The last step took nothing and waits for jobs: the caller calls ``wait`` before
+        the next step."""
+        return self._wait_end is not None
+
+    @property
+    def watching(self) -> bool:
+        """This processor's wait is on a watch (it takes the next job): it holds the turn."""
+        return self._watching()
+
+    def wait(self, until: float | None = None) -> bool:
+        """(After a step that ``waits``.)  Wait for a job, or for the turn, until the wait
+        ends (a slice after the step) or until ``until`` (monotonic) if sooner: False if
+        back at ``until`` with the wait going on (the caller calls again: the watch stays
+        set); True once the wait is over: woken (a job added, the turn came, stop), a job
+        fell due, or the slice ended (then the next step waits again if it still watches,
+        or looks)."""
+        end = self._wait_end
+        woken = self.wake.wait(max(0.0, (end if until is None else min(end, until)) - time.monotonic()))
+        if not woken and until is not None and time.monotonic() < end:
+            return False
+        self._wait_end = None
+        if woken or time.time() >= self._due() or not self._watching():
+            self._cancel_waits()  # something changed (or no watch: look again each slice)
+        return True
 
     def close(self) -> None:
         """Give the turn up for good (the processor stops; any thread)."""
@@ -270,6 +290,10 @@ class Acceptor:
     def _watching(self) -> bool:
         return any(w.watch is not None for w in self._waits)
 
+    def _due(self) -> float:
+        """(Wall clock) when the first job scheduled later that a wait is on falls due."""
+        return min((w.due for w in self._waits if w.due is not None), default=math.inf)
+
     def _cancel_waits(self) -> None:
         for w in self._waits:
             if w.watch is not None:
@@ -286,7 +310,10 @@ class Feed:
     ``stopping`` ends every ``take``.  A ``jobs.StoreError`` from accepting is kept in
     ``fatal`` (the processor stops with it).  ``state`` (a ``feed_policy.FeedState``) says
     who is accepting; ``policy`` decides how many jobs to ask for, when to accept ahead
-    and what an accept carries, from the measurements in ``pace``."""
+    and what an accept carries, from the measurements in ``pace``.  ``waiting``: the
+    accept under way waits for jobs to be added, so the outcomes queued will not ride an
+    accept transaction soon (while it is still in its transaction, they ride the next
+    one)."""
 
     def __init__(self, db, types: list[str], lanes: int, prefetch: int, *, hold, in_hand, finishes,
                  stopping: threading.Event, stats):
@@ -294,7 +321,7 @@ class Feed:
                                  keep_turn=KEEP_TURN, late_gaps=LATE_GAPS, row_bytes=ROW_BYTES,
                                  transaction_rows=TRANSACTION_ROWS, error_pause_max=ERROR_PAUSE_MAX)
         self.pace = Pace(PACE_WEIGHT)
-        self.acceptor = Acceptor(db, types, stats, before_wait=self._before_wait, keep_turn=self._keeps_turn)
+        self.acceptor = Acceptor(db, types, stats)
         self._hold = hold
         self._in_hand = in_hand
         self._finishes = finishes
@@ -309,6 +336,7 @@ class Feed:
         self._feeder: threading.Thread | None = None
         self._ahead = threading.Event()  # the feeder has a batch to accept
         self._pause = 0.0  # (the accepting thread's) the pause after the last store error
+        self.waiting = False  # (set by the accepting thread, read by the lanes)
         self.fatal: BaseException | None = None
 
     def take(self):
@@ -391,25 +419,29 @@ class Feed:
     def empty(self) -> bool:
         return not self._ready
 
-    @property
-    def waiting(self) -> bool:
-        """The accept under way waits for jobs to be added: the outcomes queued will not
-        ride an accept transaction soon (while it is still in its transaction, they ride
-        the next one)."""
-        return self.acceptor.waiting
+    def _wait_for_jobs(self) -> None:
+        """(The accepting thread, after a step that found no job to take: ``acceptor.waits``.)
+        Wait for one, a slice at most.  The outcomes queued are committed first, or held
+        (``_commit_or_hold``): then the acceptor comes back at the time they must go, and
+        waits on, the watch kept.  ``waiting`` is set before the outcomes are looked at: a
+        lane that queues one after that commits it itself."""
+        self.waiting = True
+        try:
+            watching = self.acceptor.watching
+            hold = self._commit_or_hold(watching)
+            while not self.acceptor.wait(hold):  # (back at ``hold``: what it held goes)
+                hold = self._commit_or_hold(watching)
+        finally:
+            self.waiting = False
 
-    def _keeps_turn(self, taken: int) -> bool:
-        return self.policy.keeps_turn(taken, self.pace)
-
-    def _before_wait(self, watching: bool) -> float | None:
-        """(The accepting thread, as it begins to wait for jobs, and at the time this
-        returns.)  Commit the outcomes queued: no accept carries them until a job comes;
-        but while this processor watches (it takes the next job) and, at the pace jobs
-        came, the wait after that job still commits them within ``FINISH_DELAY``, hold
-        them for that wait, with that job's outcome; and return when the job is late
-        (``LATE_GAPS`` of the usual gaps after the last one was taken) or the oldest
-        outcome will have waited ``FINISH_DELAY``: then they go, the watch kept.  A lane
-        that queues one after this looks at ``waiting`` and commits it itself."""
+    def _commit_or_hold(self, watching: bool) -> float | None:
+        """(As the accepting thread begins to wait for jobs, and at the time this returns.)
+        Commit the outcomes queued: no accept carries them until a job comes; but while
+        this processor watches (it takes the next job) and, at the pace jobs came, the wait
+        after that job still commits them within ``FINISH_DELAY``, hold them for that wait,
+        with that job's outcome; and return when the job is late (``LATE_GAPS`` of the
+        usual gaps after the last one was taken) or the oldest outcome will have waited
+        ``FINISH_DELAY``: then they go, the watch kept."""
         if not len(self._finishes):
             return None
         until = self.policy.hold_outcomes_until(time.monotonic(), watching, self.pace, self._finishes.oldest(),
@@ -452,7 +484,10 @@ class Feed:
         write, lost = self._finishes.writer(carried) if carried else (None, None)
         began = tracing.clock()
         try:
+            self.acceptor.keep_turn_through = self.policy.turn_kept_through(self.pace)
             taken = self.acceptor.step(ACCEPT_SLICE, limit, write)
+            if self.acceptor.waits:
+                self._wait_for_jobs()
             self._pause = 0.0
         except Exception as exc:  # noqa: BLE001 - sorted by _step_failed
             self._step_failed(exc, carried)

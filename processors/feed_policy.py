@@ -13,8 +13,8 @@ Two state machines, each an enum whose transitions are the functions below it:
 
 And the numbers: :class:`Pace` measures how long runs and accepts take and how far apart
 jobs come; :class:`FeedPolicy` turns them into how many jobs to ask for, when to accept
-ahead, how many outcome bytes an accept may carry, how long to hold a trickle's outcomes
-and how long to pause after an error.
+ahead, how many outcome bytes an accept may carry, how many jobs the turn is kept
+through, how long to hold a trickle's outcomes and how long to pause after an error.
 """
 
 from __future__ import annotations
@@ -210,6 +210,17 @@ class FeedPolicy:
         """Whether the lanes will have run ``taken`` jobs within ``keep_turn`` at the pace
         measured: the turn is kept through them rather than handed over."""
         return pace.measured and pace.run * taken < self.keep_turn * self.lanes
+
+    def turn_kept_through(self, pace: Pace) -> int:
+        """The most jobs an accept may take and keep the turn through (:meth:`keeps_turn`:
+        it keeps it through ``n`` jobs exactly when ``n`` is at most this), ``prefetch`` at
+        most (no accept takes more); 0 until the pace is measured."""
+        if not pace.measured:
+            return 0
+        n = self.prefetch if pace.run <= 0 else min(self.prefetch, math.ceil(self.keep_turn * self.lanes / pace.run))
+        while n > 0 and not self.keeps_turn(n, pace):  # (a step or two at most: the quotient's rounding)
+            n -= 1
+        return n
 
     def hold_outcomes_until(self, now: float, watching: bool, pace: Pace, oldest: float | None,
                             finish_delay: float) -> float | None:

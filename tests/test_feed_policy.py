@@ -151,6 +151,17 @@ def test_the_turn_is_kept_only_through_jobs_measured_to_run_within_keep_turn():
     assert not POLICY.keeps_turn(8, _pace(run=0.001, measured=True))
 
 
+def test_the_jobs_the_turn_is_kept_through_are_those_keeps_turn_keeps_it_through():
+    """``turn_kept_through``: the number the feed hands its acceptor before a step, the
+    most jobs taken at once that :meth:`keeps_turn` keeps the turn through."""
+    assert POLICY.turn_kept_through(_pace(run=0.0)) == 0  # (not measured yet)
+    assert POLICY.turn_kept_through(_pace(run=0.001, measured=True)) == 7
+    for run in (0.0, 1e-7, 3e-5, 0.0001, 0.00025, 0.001, 0.0013, 0.002, 0.008, 0.1):  # (0.00025: 32 x run = 8 ms)
+        pace = _pace(run=run, measured=True)
+        through = POLICY.turn_kept_through(pace)
+        assert all(POLICY.keeps_turn(n, pace) == (n <= through) for n in range(1, POLICY.prefetch + 1)), run
+
+
 # --- when a trickle's outcomes are committed -----------------------------------------------------
 
 

@@ -1201,7 +1201,7 @@ def test_a_look_after_a_wait_carries_no_outcomes(db):
     """A processor whose last job came after a look that found none (jobs trickle in)
     looks without its outcomes: the look likely finds nothing again, and, writing
     nothing, sets its own watch; the outcomes stay queued (committed as its wait begins,
-    or with the next ones: ``Feed._before_wait``)."""
+    or with the next ones: ``Feed._commit_or_hold``)."""
     finishes = _InFlight(queued=2)
     feed, writes = _stepping_nowhere(db, finishes)
     feed.acceptor.defers = lambda: False
@@ -1211,6 +1211,86 @@ def test_a_look_after_a_wait_carries_no_outcomes(db):
     feed.acceptor.trickle = False
     feed._accept(8)
     assert writes[-1] is not None and finishes.queued == 0 and finishes.committed == []  # (carried)
+
+
+class _Waiting:
+    """An acceptor whose steps take nothing and wait (``waits``), ``watching`` or not: each
+    wait given a time comes back then, the clock moved there (``clock``); one given none
+    ends.  ``waits_seen``: each wait's ``until`` and whether the feed was ``waiting``."""
+
+    def __init__(self, clock: list, watching: bool):
+        self.clock, self.watching = clock, watching
+        self.trickle, self.waits, self.waits_seen, self.keep_turn_through = True, False, [], None
+
+    def step(self, slice_seconds, limit, carry=None):
+        self.waits = True
+        return []
+
+    def wait(self, until=None):
+        self.waits_seen.append((until, self.feed.waiting))
+        if until is None:
+            return True
+        self.clock[0] = until
+        return False
+
+
+class _Trickled:
+    """One outcome queued since ``oldest`` (monotonic); ``flush`` commits it."""
+
+    def __init__(self, oldest: float):
+        self._oldest, self.queued, self.flushed = oldest, 1, []
+
+    def __len__(self):
+        return self.queued
+
+    def oldest(self):
+        return self._oldest if self.queued else None
+
+    def flush(self, wait=True):
+        self.flushed.append(wait)
+        self.queued = 0
+
+
+def _waiting_feed(monkeypatch, watching: bool):
+    """A Feed (one lane, idle) over ``_Waiting`` and ``_Trickled`` on a made-up clock at
+    100.002: jobs came 4 ms apart, the last taken at 100.0, the outcome queued at 100.001."""
+    from types import SimpleNamespace
+
+    from processors import feed as feed_module
+
+    clock = [100.002]
+    monkeypatch.setattr(feed_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    finishes = _Trickled(oldest=100.001)
+    feed = feed_module.Feed(None, ["t"], 1, 8, hold=None, in_hand=lambda: 0, finishes=finishes,
+                            stopping=threading.Event(), stats={"outcomes_deferred": 0})
+    feed.acceptor = _Waiting(clock, watching)
+    feed.acceptor.feed = feed
+    feed.pace.gap, feed.pace.last_taken = 0.004, 100.0
+    feed.pace.run, feed.pace.measured = 0.001, True
+    return feed, finishes
+
+
+def test_a_step_that_waits_has_the_feed_hold_a_trickles_outcome_until_the_policys_time(monkeypatch):
+    """The feed's side of a wait for jobs, on a made-up clock and acceptor: the step
+    returns where it would wait; the feed, watching, holds the outcome queued (the next
+    job, a gap away, commits it in time) and asks the acceptor to come back when the next
+    job is ``LATE_GAPS`` gaps late (100.008, before the oldest's ``FINISH_DELAY``); back
+    then, it commits it and the wait goes on, to its end.  ``waiting`` is set throughout;
+    the turn is kept through the jobs run within ``KEEP_TURN`` at the pace (one, here)."""
+    feed, finishes = _waiting_feed(monkeypatch, watching=True)
+    assert feed._accept(8) == ([], 8)
+    assert feed.acceptor.keep_turn_through == 1  # (two 1 ms runs on one lane: not within KEEP_TURN)
+    assert feed.acceptor.waits_seen == [(pytest.approx(100.008), True), (None, True)]
+    assert finishes.flushed == [False] and feed._stats["outcomes_deferred"] == 1 and not feed.waiting
+
+
+def test_a_step_that_waits_without_watching_has_the_feed_commit_the_outcomes_at_once(monkeypatch):
+    """Not watching (another processor takes the next job), the feed commits the outcome
+    queued as the wait begins, and waits to the end."""
+    feed, finishes = _waiting_feed(monkeypatch, watching=False)
+    assert feed._accept(8) == ([], 8)
+    assert feed.acceptor.waits_seen == [(None, True)]
+    assert finishes.flushed == [False] and feed._stats["outcomes_deferred"] == 0 and not feed.waiting
 
 
 def test_a_lanes_accept_leaves_room_for_the_outcomes_being_committed_on_their_own(db):
