@@ -43,22 +43,26 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project's modules that ``name`` imports (resolved to a known module)."""
-    is_package = path.name == "__init__.py"
-    base = name.split(".") if is_package else name.split(".")[:-1]
-    out = set()
+def _statements(name: str, path: Path):
+    """Each import statement of module ``name`` as ``(module, names)``: ``from module import
+    names`` with relative imports resolved, or ``(None, modules)`` for ``import modules``."""
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            yield None, [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             prefix = base[: len(base) - node.level + 1] if node.level else []
-            module = ".".join(prefix + ([node.module] if node.module else []))
-            # ``from package import submodule`` imports the submodule; any other name is
-            # an attribute of the module itself
-            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
-        else:
-            continue
+            yield ".".join(prefix + ([node.module] if node.module else [])), [a.name for a in node.names]
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project's modules that ``name`` imports (resolved to a known module)."""
+    out = set()
+    for module, names in _statements(name, path):
+        # ``from package import submodule`` imports the submodule; any other name is an
+        # attribute of the module itself
+        targets = names if module is None else [f"{module}.{n}" if f"{module}.{n}" in known else module
+                                                 for n in names]
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]
@@ -132,17 +136,13 @@ def test_the_engine_is_imported_as_one_package():
     for name, path in _modules().items():
         if name == "jobs.engine" or name.startswith("jobs.engine."):
             continue
-        base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                reaching += [f"{name}: import {a.name}" for a in node.names if a.name.startswith("jobs.engine.")]
-            elif isinstance(node, ast.ImportFrom):
-                prefix = base[: len(base) - node.level + 1] if node.level else []
-                module = ".".join(prefix + ([node.module] if node.module else []))
-                if module.startswith("jobs.engine."):
-                    reaching.append(f"{name}: from {module}")
-                elif module == "jobs.engine":
-                    reaching += [f"{name}: from jobs.engine import {a.name}" for a in node.names if a.name in parts]
+        for module, names in _statements(name, path):
+            if module is None:
+                reaching += [f"{name}: import {n}" for n in names if n.startswith("jobs.engine.")]
+            elif module.startswith("jobs.engine."):
+                reaching.append(f"{name}: from {module}")
+            elif module == "jobs.engine":
+                reaching += [f"{name}: from jobs.engine import {n}" for n in names if n in parts]
     assert reaching == []
 
 

@@ -11,8 +11,7 @@ from ..controls.type_timeouts import set_type_timeout
 from ..indexes import pending
 from ..calls import not_found, within_store
 from ..codec import encode_data
-from ..engine import value_of
-from ..engine import LastAttempt, describe_store, is_database
+from ..engine import LastAttempt, describe_store, is_database, value_of
 from ..errors import JobDataError, NoTypeTimeout
 
 
